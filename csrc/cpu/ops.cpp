@@ -1,0 +1,223 @@
+// Torch bindings of the CPU kernels, and the `paged` op schemas. This is the extension's only translation unit
+// that parses torch headers for the CPU build (header parsing dominates compile time), so it stays lean:
+// ATen core Tensor + library registration + the parallel-for, no <torch/extension.h>.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <unordered_set>
+#include <vector>
+
+#include "../checks.h"
+#include "attention.h"
+#include "cache.h"
+
+namespace paged {
+namespace {
+
+using cpu::AttentionArgs;
+using cpu::bf16_t;
+
+// Runs f(i, state) for i in [0, n) on torch's intra-op threads. Items are claimed one at a time from a shared
+// counter, so uneven items (long and short sequences in one batch) still balance; `make_state` builds each
+// worker's scratch once.
+template <typename MakeState, typename F>
+void parallel_dynamic(int64_t n, MakeState make_state, F f) {
+  if (n <= 0) return;
+  std::atomic<int64_t> next{0};
+  const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    auto state = make_state();
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      f(i, state);
+    }
+  });
+}
+
+// Values the kernel trusts: checked here once, so the kernel never reads outside the cache or the tables.
+void check_attention_values(const AttentionDims& d, const at::Tensor& block_tables, const at::Tensor& query_start_loc,
+                            const at::Tensor& seq_lens, int64_t sliding_window) {
+  const char* op = "paged::paged_attention";
+  const int32_t* qsl = query_start_loc.data_ptr<int32_t>();
+  const int32_t* lens = seq_lens.data_ptr<int32_t>();
+  const int32_t* tables = block_tables.data_ptr<int32_t>();
+  const int64_t table_stride = block_tables.stride(0);
+  TORCH_CHECK(qsl[0] == 0, op, ": query_start_loc[0] must be 0, got ", qsl[0]);
+  TORCH_CHECK(qsl[d.num_seqs] <= d.num_tokens, op, ": query_start_loc[-1] = ", qsl[d.num_seqs],
+              " exceeds num_tokens = ", d.num_tokens);
+  for (int64_t s = 0; s < d.num_seqs; ++s) {
+    const int64_t q_len = static_cast<int64_t>(qsl[s + 1]) - qsl[s];
+    TORCH_CHECK(q_len >= 0, op, ": query_start_loc must be non-decreasing, got ", qsl[s], " then ", qsl[s + 1],
+                " at sequence ", s);
+    TORCH_CHECK(q_len <= lens[s], op, ": sequence ", s, " has ", q_len, " queries but seq_lens[", s, "] = ", lens[s],
+                "; queries are the last q_len of seq_len tokens");
+    TORCH_CHECK(lens[s] <= d.max_blocks_per_seq * d.block_size, op, ": seq_lens[", s, "] = ", lens[s],
+                " exceeds the block table's capacity ", d.max_blocks_per_seq, " blocks x ", d.block_size, " tokens");
+    if (q_len == 0) continue;
+    const int32_t first_key = cpu::window_start(lens[s] - static_cast<int32_t>(q_len), static_cast<int>(sliding_window));
+    for (int64_t b = first_key / d.block_size; b * d.block_size < lens[s]; ++b) {
+      const int32_t block = tables[s * table_stride + b];
+      TORCH_CHECK(block >= 0 && block < d.num_blocks, op, ": block_tables[", s, ", ", b, "] = ", block,
+                  " is outside the cache's ", d.num_blocks, " blocks");
+    }
+  }
+}
+
+template <typename T, int D>
+void run_attention(const AttentionArgs<T>& args, const AttentionDims& d) {
+  const int threads = at::get_num_threads();
+  const cpu::AttentionPlan plan =
+      cpu::plan_attention(static_cast<int>(d.num_seqs), args.query_start_loc, args.seq_lens, args.num_heads,
+                          args.num_kv_heads, args.block_size, args.sliding_window, threads);
+  std::vector<float> partials(plan.num_partials * cpu::partial_slot_floats(plan.max_rows, D));
+  parallel_dynamic(
+      static_cast<int64_t>(plan.items.size()),
+      [&] { return cpu::AttentionScratch(plan.max_rows, D, args.block_size); },
+      [&](int64_t i, cpu::AttentionScratch& scratch) {
+        cpu::attend_item<T, D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
+      });
+  parallel_dynamic(
+      static_cast<int64_t>(plan.splits.size()), [] { return 0; },
+      [&](int64_t i, int&) { cpu::combine_split<T, D>(args, plan.splits[i], partials.data(), plan.max_rows); });
+}
+
+template <typename T>
+void dispatch_head_dim(const AttentionArgs<T>& args, const AttentionDims& d) {
+  switch (d.head_dim) {
+    case 64: return run_attention<T, 64>(args, d);
+    case 128: return run_attention<T, 128>(args, d);
+    case 256: return run_attention<T, 256>(args, d);
+    default: TORCH_CHECK(false, "paged::paged_attention: head_dim must be 64, 128 or 256, got ", d.head_dim);
+  }
+}
+
+template <typename T>
+AttentionArgs<T> make_args(at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
+                           const at::Tensor& value_cache, const at::Tensor& block_tables,
+                           const at::Tensor& query_start_loc, const at::Tensor& seq_lens, const AttentionDims& d,
+                           double scale, int64_t sliding_window, double logits_soft_cap) {
+  return AttentionArgs<T>{
+      static_cast<T*>(out.data_ptr()),
+      out.stride(0),
+      out.stride(1),
+      static_cast<const T*>(query.const_data_ptr()),
+      query.stride(0),
+      query.stride(1),
+      static_cast<const T*>(key_cache.const_data_ptr()),
+      static_cast<const T*>(value_cache.const_data_ptr()),
+      block_tables.const_data_ptr<int32_t>(),
+      block_tables.stride(0),
+      query_start_loc.const_data_ptr<int32_t>(),
+      seq_lens.const_data_ptr<int32_t>(),
+      static_cast<int>(d.num_heads),
+      static_cast<int>(d.num_kv_heads),
+      static_cast<int>(d.block_size),
+      static_cast<float>(scale),
+      static_cast<int>(sliding_window),
+      static_cast<float>(logits_soft_cap),
+  };
+}
+
+void paged_attention_cpu(at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,
+                         const at::Tensor& value_cache, const at::Tensor& block_tables,
+                         const at::Tensor& query_start_loc, const at::Tensor& seq_lens, double scale,
+                         int64_t sliding_window, double logits_soft_cap) {
+  AttentionDims d{};
+  check_attention_args("paged::paged_attention", out, query, key_cache, value_cache, block_tables, query_start_loc,
+                       seq_lens, sliding_window, logits_soft_cap, d);
+  TORCH_CHECK(d.num_tokens < INT32_MAX && d.num_blocks * d.block_size < INT32_MAX,
+              "paged::paged_attention: token and slot counts must fit in int32");
+  check_attention_values(d, block_tables, query_start_loc, seq_lens, sliding_window);
+  if (query.scalar_type() == at::kFloat) {
+    dispatch_head_dim(make_args<float>(out, query, key_cache, value_cache, block_tables, query_start_loc, seq_lens, d,
+                                       scale, sliding_window, logits_soft_cap),
+                      d);
+  } else {
+    dispatch_head_dim(make_args<bf16_t>(out, query, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
+                                        d, scale, sliding_window, logits_soft_cap),
+                      d);
+  }
+}
+
+void reshape_and_cache_cpu(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache,
+                           at::Tensor& value_cache, const at::Tensor& slot_mapping) {
+  const char* op = "paged::reshape_and_cache";
+  check_cache_write_args(op, key, value, key_cache, value_cache, slot_mapping);
+  const int64_t tokens = key.size(0);
+  const int64_t num_slots = key_cache.size(0) * key_cache.size(1);
+  const int64_t* slots = slot_mapping.const_data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    TORCH_CHECK(slots[t] >= -1 && slots[t] < num_slots, op, ": slot_mapping[", t, "] = ", slots[t],
+                " is outside [-1, ", num_slots, ") (num_blocks x block_size)");
+  }
+  const int64_t elem = key.element_size();
+  const int kv_heads = static_cast<int>(key_cache.size(2));
+  const int64_t head_bytes = key_cache.size(3) * elem;
+  const char* k = static_cast<const char*>(key.const_data_ptr());
+  const char* v = static_cast<const char*>(value.const_data_ptr());
+  char* kc = static_cast<char*>(key_cache.data_ptr());
+  char* vc = static_cast<char*>(value_cache.data_ptr());
+  at::parallel_for(0, tokens, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      if (slots[t] < 0) continue;
+      cpu::write_token(k, key.stride(0) * elem, key.stride(1) * elem, t, kc, slots[t], kv_heads, head_bytes);
+      cpu::write_token(v, value.stride(0) * elem, value.stride(1) * elem, t, vc, slots[t], kv_heads, head_bytes);
+    }
+  });
+}
+
+void copy_blocks_cpu(const std::vector<at::Tensor>& key_caches, const std::vector<at::Tensor>& value_caches,
+                     const at::Tensor& block_mapping) {
+  const char* op = "paged::copy_blocks";
+  check_copy_blocks_args(op, key_caches, value_caches, block_mapping, at::Device(at::kCPU));
+  check_device(block_mapping, op, "block_mapping", at::Device(at::kCPU));
+  const int64_t pairs = block_mapping.size(0);
+  const int64_t* map = block_mapping.const_data_ptr<int64_t>();
+  std::unordered_set<int64_t> sources, destinations;
+  for (int64_t p = 0; p < pairs; ++p) sources.insert(map[2 * p]);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t dst = map[2 * p + 1];
+    TORCH_CHECK(destinations.insert(dst).second && !sources.count(dst), op, ": block_mapping[", p, "] destination ",
+                dst, " is written twice or is also a source; copies in one call must be independent");
+  }
+  for (size_t layer = 0; layer < key_caches.size(); ++layer) {
+    const int64_t num_blocks = key_caches[layer].size(0);
+    for (int64_t p = 0; p < 2 * pairs; ++p) {
+      TORCH_CHECK(map[p] >= 0 && map[p] < num_blocks, op, ": block_mapping[", p / 2, ", ", p % 2, "] = ", map[p],
+                  " is outside key_caches[", layer, "]'s ", num_blocks, " blocks");
+    }
+  }
+  const int64_t layers = static_cast<int64_t>(key_caches.size());
+  at::parallel_for(0, layers * pairs, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t layer = i / pairs, p = i % pairs;
+      for (const at::Tensor* cache : {&key_caches[layer], &value_caches[layer]}) {
+        const int64_t block_bytes = cache->numel() / cache->size(0) * cache->element_size();
+        cpu::copy_block(static_cast<char*>(cache->data_ptr()), block_bytes, map[2 * p], map[2 * p + 1]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY(paged, m) {
+  m.def(
+      "reshape_and_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
+      "Tensor slot_mapping) -> ()");
+  m.def(
+      "paged_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, "
+      "Tensor query_start_loc, Tensor seq_lens, float scale, int sliding_window, float logits_soft_cap) -> ()");
+  m.def("copy_blocks(Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(paged, CPU, m) {
+  m.impl("reshape_and_cache", &reshape_and_cache_cpu);
+  m.impl("paged_attention", &paged_attention_cpu);
+  m.impl("copy_blocks", &copy_blocks_cpu);
+}
+
+}  // namespace paged

@@ -1,0 +1,113 @@
+// Small SIMD vocabulary for the CPU kernels: fp32/bf16 loads widened to fp32, a vector exp, horizontal sums.
+// With AVX2+FMA (chosen at build time from torch's detected CPU capability) the helpers use intrinsics;
+// otherwise they fall back to scalar code that the compiler may still auto-vectorise.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PAGED_AVX2 1
+#else
+#define PAGED_AVX2 0
+#endif
+
+namespace paged::cpu {
+
+// Storage-only bfloat16: same layout as at::BFloat16, kept torch-free so the kernels compile without ATen.
+struct bf16_t {
+  uint16_t bits;
+};
+
+inline float to_float(float x) { return x; }
+
+inline float to_float(bf16_t x) {
+  const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+inline void store_float(float v, float* dst) { *dst = v; }
+
+// Round to nearest even, as torch does, so kernel and reference agree bit for bit on the final cast.
+inline void store_float(float v, bf16_t* dst) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  if (std::isnan(v)) {
+    dst->bits = 0x7fc0;
+    return;
+  }
+  u += 0x7fffu + ((u >> 16) & 1u);
+  dst->bits = static_cast<uint16_t>(u >> 16);
+}
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+#if PAGED_AVX2
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+inline __m256 load8(const bf16_t* p) {
+  const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// exp(x) for 8 lanes: x = n*ln2 + f with |f| <= ln2/2, e^f by a degree-6 polynomial (relative error ~1e-7),
+// then scaled by 2^n through the exponent bits. Inputs below -87.3 (including -inf from masking) give exactly 0,
+// so masked keys never contribute, even when their value rows hold garbage.
+inline __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3365447505f);
+  const __m256 hi = _mm256_set1_ps(88.3762626647f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  f = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), f);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(f, f), _mm256_add_ps(f, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_andnot_ps(underflow, r);
+}
+
+#endif  // PAGED_AVX2
+
+// In place: x[i] = exp(x[i] - shift); returns the sum. Used on one row of a block's scores.
+inline float exp_shift_sum(float* x, int n, float shift) {
+  int i = 0;
+  float sum = 0.0f;
+#if PAGED_AVX2
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  sum = hsum(acc);
+#endif
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
+}  // namespace paged::cpu

@@ -1,0 +1,87 @@
+"""The ``paged`` torch ops (C++/CUDA kernels) as Python functions, plus their fake implementations.
+
+``load()`` finds or builds the extension once per process and registers fake (meta) kernels so ``torch.compile``
+can trace graphs that call the ops. The ops check their own arguments in C++ (dtype, device, shape, and the
+values that decide which memory they touch), so the wrappers here only forward.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import torch
+
+from paged_engine.attention._build import Extension, KernelBuildError, find_or_build
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Extension", "KernelBuildError", "copy_blocks", "load", "paged_attention", "reshape_and_cache"]
+
+
+@functools.cache
+def load() -> Extension:
+    """Load (building on first use) the kernel extension; raises KernelBuildError with the reason if it can't."""
+    ext = find_or_build()
+    _register_fakes()
+    log.info("paged kernels loaded from %s (%s build, CUDA kernels: %s)", ext.path, ext.how, ext.with_cuda)
+    return ext
+
+
+def _register_fakes() -> None:
+    # The ops only mutate their arguments and return nothing, so the fakes have nothing to compute; they exist so
+    # FakeTensor/meta tracing (torch.compile, opcheck) knows the ops' output without running a kernel.
+    @torch.library.register_fake("paged::reshape_and_cache")
+    def _(key, value, key_cache, value_cache, slot_mapping) -> None:
+        return None
+
+    @torch.library.register_fake("paged::paged_attention")
+    def _(out, query, key_cache, value_cache, block_tables, query_start_loc, seq_lens, scale, window, cap) -> None:
+        return None
+
+    @torch.library.register_fake("paged::copy_blocks")
+    def _(key_caches, value_caches, block_mapping) -> None:
+        return None
+
+
+def reshape_and_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Write ``key``/``value`` ``[T, kv_heads, d]`` into the caches at ``slot_mapping`` ``[T]`` int64 (−1 skips)."""
+    torch.ops.paged.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping)
+
+
+def paged_attention(
+    out: torch.Tensor,
+    query: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    sliding_window: int = -1,
+    logits_soft_cap: float = 0.0,
+) -> None:
+    """Causal varlen attention of ``query`` ``[T, heads, d]`` over the paged cache, written into ``out``."""
+    torch.ops.paged.paged_attention(
+        out,
+        query,
+        key_cache,
+        value_cache,
+        block_tables,
+        query_start_loc,
+        seq_lens,
+        scale,
+        sliding_window,
+        logits_soft_cap,
+    )
+
+
+def copy_blocks(key_caches: list[torch.Tensor], value_caches: list[torch.Tensor], block_mapping: torch.Tensor) -> None:
+    """For each ``(src, dst)`` row of ``block_mapping`` ``[n, 2]`` int64, copy block src to dst in every cache."""
+    torch.ops.paged.copy_blocks(key_caches, value_caches, block_mapping)
