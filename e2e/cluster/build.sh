@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Builds the local Kubernetes testbed's binaries from Go modules at the versions pinned in versions.env:
+# kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok, helm and promtool.
+#
+# Each component lands in its own version-keyed folder under $PAGED_K8S_CACHE (default ~/.cache/paged/k8s),
+# e.g. ~/.cache/paged/k8s/kubernetes-v1.36.3/kube-apiserver. A component whose binaries are already there is
+# not rebuilt, so a second run builds nothing. Progress goes to stderr; stdout gets one `name=path` line per
+# binary, which the pytest fixtures read.
+#
+# Usage: e2e/cluster/build.sh [component ...]   (components: kubernetes etcd kwok helm promtool; default all)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+cache="${PAGED_K8S_CACHE:-${PAGED_CACHE:-$HOME/.cache/paged}/k8s}"
+mkdir -p "$cache"
+
+# Dependencies' go.mod files carry replace directives for their own monorepos; building from a wrapper module
+# with -mod=mod and no workspace ignores them. GOTOOLCHAIN=local: no toolchain downloads, the proxy serves modules.
+export GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=0
+command -v go >/dev/null || { echo "[k8s-build] Go is not installed (need go >= 1.26)" >&2; exit 1; }
+
+log() { echo "[k8s-build] $*" >&2; }
+
+# have DIR BIN... : true when every binary is present and executable.
+have() {
+  local dir="$1" b
+  shift
+  for b in "$@"; do [ -x "$dir/$b" ] || return 1; done
+}
+
+# wrapper_module DIR : an empty main module to build other modules' commands from.
+wrapper_module() {
+  (cd "$1" && go mod init paged.dev/testbed-build >/dev/null 2>&1)
+}
+
+# finish TMPBIN DEST : moves freshly built binaries into place in one rename, so a half-built folder never
+# looks complete to a concurrent or later run.
+finish() {
+  local tmpbin="$1" dest="$2"
+  rm -rf "$dest"
+  mv "$tmpbin" "$dest"
+}
+
+build_kubernetes() {
+  local v="$KUBERNETES_VERSION" dest="$cache/kubernetes-$KUBERNETES_VERSION" work
+  local bins=(kube-apiserver kube-controller-manager kube-scheduler)
+  have "$dest" "${bins[@]}" && return 0
+  log "building Kubernetes $v (${bins[*]}); cold: tens of minutes on 2 cores"
+  work="$(mktemp -d "$cache/.work-kubernetes.XXXXXX")"
+  wrapper_module "$work"
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with ./staging paths, which
+  # a dependency cannot use: replace each with its published v0.<minor>.<patch>, read from this release's go.mod.
+  local gomod staging minor_patch="0.${v#v1.}" replaces=()
+  gomod="$(cd "$work" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  minor_patch="v${minor_patch}"
+  while read -r staging; do
+    replaces+=("-replace=$staging=$staging@$minor_patch")
+  done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod")
+  [ "${#replaces[@]}" -gt 0 ] || { log "no staging replaces found in $gomod"; exit 1; }
+  (cd "$work" && go mod edit "${replaces[@]}" && go mod edit -require="k8s.io/kubernetes@$v")
+  local pkgs=() b
+  for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  local ver_pkg=k8s.io/component-base/version minor="${v#v1.}"
+  minor="${minor%%.*}"
+  local ldflags="-s -w -X $ver_pkg.gitVersion=$v -X $ver_pkg.gitMajor=1 -X $ver_pkg.gitMinor=$minor"
+  ldflags+=" -X $ver_pkg.gitTreeState=clean -X $ver_pkg.buildDate=1970-01-01T00:00:00Z"
+  (cd "$work" && go get "${pkgs[@]/%/@$v}" >&2 && mkdir -p bin &&
+    nice -n 10 go build -trimpath -ldflags "$ldflags" -o bin/ "${pkgs[@]}")
+  finish "$work/bin" "$dest"
+  rm -rf "$work"
+}
+
+build_etcd() {
+  local v="$ETCD_VERSION" dest="$cache/etcd-$ETCD_VERSION" work
+  have "$dest" etcd && return 0
+  log "building etcd $v"
+  work="$(mktemp -d "$cache/.work-etcd.XXXXXX")"
+  wrapper_module "$work"
+  # The server module's root package is the etcd binary; its relative replaces are ignored from a wrapper and
+  # its requirements pin api/client/pkg at the same release.
+  (cd "$work" && go get "go.etcd.io/etcd/server/v3@$v" >&2 && mkdir -p bin &&
+    nice -n 10 go build -trimpath -ldflags "-s -w" -o bin/etcd go.etcd.io/etcd/server/v3)
+  finish "$work/bin" "$dest"
+  rm -rf "$work"
+}
+
+build_kwok() {
+  local v="$KWOK_VERSION" dest="$cache/kwok-$KWOK_VERSION" work
+  have "$dest" kwok && [ -f "$dest/stages.yaml" ] && return 0
+  log "building kwok $v"
+  work="$(mktemp -d "$cache/.work-kwok.XXXXXX")"
+  wrapper_module "$work"
+  (cd "$work" && go get "sigs.k8s.io/kwok/cmd/kwok@$v" >&2 && mkdir -p bin &&
+    nice -n 10 go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$v" \
+      -o bin/kwok sigs.k8s.io/kwok/cmd/kwok)
+  # The kwok binary simulates nothing without Stage objects; kwokctl embeds its defaults, a bare kwok does not.
+  # Take the same release's own stages (node init + lease heartbeat, pod ready/complete/delete) so they match.
+  local src f
+  src="$(cd "$work" && go mod download -json "sigs.k8s.io/kwok@$v" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+    pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+    echo "---"
+    cat "$src/kustomize/stage/$f.yaml"
+  done >"$work/bin/stages.yaml"
+  finish "$work/bin" "$dest"
+  rm -rf "$work"
+}
+
+build_helm() {
+  local v="$HELM_VERSION" dest="$cache/helm-$HELM_VERSION" work major
+  have "$dest" helm && return 0
+  log "building helm $v"
+  major="${v%%.*}"
+  work="$(mktemp -d "$cache/.work-helm.XXXXXX")"
+  wrapper_module "$work"
+  (cd "$work" && go get "helm.sh/helm/$major/cmd/helm@$v" >&2 && mkdir -p bin &&
+    nice -n 10 go build -trimpath -ldflags "-s -w -X helm.sh/helm/$major/internal/version.version=$v" \
+      -o bin/helm "helm.sh/helm/$major/cmd/helm")
+  finish "$work/bin" "$dest"
+  rm -rf "$work"
+}
+
+build_promtool() {
+  local v="$PROMETHEUS_MODULE_VERSION" dest="$cache/promtool-$PROMETHEUS_MODULE_VERSION" work release
+  have "$dest" promtool && return 0
+  # v0.316.0 -> 3.16.0
+  release="${v#v0.}"
+  release="$((${release%%.*} / 100)).$((${release%%.*} % 100)).${release#*.}"
+  log "building promtool (Prometheus $release, module $v)"
+  work="$(mktemp -d "$cache/.work-promtool.XXXXXX")"
+  wrapper_module "$work"
+  (cd "$work" && go get "github.com/prometheus/prometheus/cmd/promtool@$v" >&2 && mkdir -p bin &&
+    nice -n 10 go build -trimpath \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
+      -o bin/promtool github.com/prometheus/prometheus/cmd/promtool)
+  finish "$work/bin" "$dest"
+  rm -rf "$work"
+}
+
+# Print `name=path` for every binary of a component.
+report() {
+  case "$1" in
+    kubernetes) local b; for b in kube-apiserver kube-controller-manager kube-scheduler; do
+        echo "$b=$cache/kubernetes-$KUBERNETES_VERSION/$b"; done ;;
+    etcd) echo "etcd=$cache/etcd-$ETCD_VERSION/etcd" ;;
+    kwok) echo "kwok=$cache/kwok-$KWOK_VERSION/kwok"; echo "kwok-stages=$cache/kwok-$KWOK_VERSION/stages.yaml" ;;
+    helm) echo "helm=$cache/helm-$HELM_VERSION/helm" ;;
+    promtool) echo "promtool=$cache/promtool-$PROMETHEUS_MODULE_VERSION/promtool" ;;
+  esac
+}
+
+components=("$@")
+[ "${#components[@]}" -gt 0 ] || components=(kubernetes etcd kwok helm promtool)
+for c in "${components[@]}"; do
+  case "$c" in
+    kubernetes | etcd | kwok | helm | promtool) ;;
+    *) echo "unknown component '$c' (choose from: kubernetes etcd kwok helm promtool)" >&2; exit 2 ;;
+  esac
+done
+
+# One build at a time per cache: concurrent pytest sessions wait here instead of building twice.
+exec 9>"$cache/.lock"
+flock 9
+rm -rf "$cache"/.work-*
+for c in "${components[@]}"; do
+  start=$SECONDS
+  "build_$c"
+  [ $((SECONDS - start)) -lt 2 ] || log "$c built in $((SECONDS - start)) s"
+  report "$c"
+done

@@ -1,0 +1,307 @@
+"""Start and stop a real control plane on 127.0.0.1: etcd, kube-apiserver (TLS, token auth, RBAC),
+kube-controller-manager, kube-scheduler and kwok with fake nodes whose pods get loopback IPs."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from .binaries import Binaries
+from .client import KubeClient, wait_for
+from .kubeconfig import Credentials
+from .pki import Pki, make_pki
+from .processes import ProcessError, ProcessGroup
+
+# Fake nodes get pod CIDRs carved from 127.1.0.0/16: Linux routes all of 127.0.0.0/8 to the loopback interface, so a
+# process that a test starts on a pod's IP is reachable at that IP, as a kubelet's pod would be.
+POD_CIDR_BASE = "127.1"
+NODE_IP = "127.0.0.1"
+# Only written into Service objects: nothing routes there (no kube-proxy), but the API server needs a range.
+SERVICE_CIDR = "10.96.0.0/24"
+
+
+@dataclass(frozen=True)
+class ControlPlaneConfig:
+    nodes: int = 2
+    node_cpu: str = "32"
+    node_memory: str = "256Gi"
+    node_pods: int = 110
+    start_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= 250:
+            raise ValueError(f"nodes={self.nodes}: the test bed supports 1 to 250 fake nodes")
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane: where it is, how to authenticate, where its files and logs are."""
+
+    workdir: Path
+    pki: Pki
+    admin: Credentials
+    admin_kubeconfig: Path
+    etcd_url: str
+    node_names: list[str]
+    processes: ProcessGroup = field(repr=False)
+    startup_s: float = 0.0
+
+    @property
+    def server(self) -> str:
+        return self.admin.server
+
+    def admin_client(self) -> KubeClient:
+        return KubeClient(self.admin)
+
+    def ensure_running(self) -> None:
+        """Raise with the log tail of any component that has exited."""
+        self.processes.ensure_running()
+
+    def stop(self) -> None:
+        self.processes.stop_all()
+
+
+def free_port() -> int:
+    """A port the kernel just handed out on 127.0.0.1; the tiny race until the component binds it is acceptable in
+    tests, and a lost race shows as a component that exits with 'address already in use'."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _healthy(url: str, ca: Path, token: str | None = None) -> bool:
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    try:
+        return httpx.get(url, verify=str(ca), headers=headers, timeout=5.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _wait_healthy(
+    processes: ProcessGroup, what: str, url: str, ca: Path, timeout_s: float, token: str | None = None
+) -> None:
+    wait_for(f"{what} at {url}", processes.guard(lambda: _healthy(url, ca, token)), timeout_s, interval_s=0.25)
+
+
+def _token_file(path: Path, tokens: dict[str, tuple[str, str]]) -> Path:
+    """The API server's static token file: ``token,user,uid,"group1,group2"`` per line."""
+    path.write_text("".join(f'{token},{user},{user},"{groups}"\n' for token, (user, groups) in tokens.items()))
+    path.chmod(0o600)
+    return path
+
+
+def _node(name: str, index: int, config: ControlPlaneConfig) -> dict:
+    resources = {"cpu": config.node_cpu, "memory": config.node_memory, "pods": str(config.node_pods)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"podCIDR": f"{POD_CIDR_BASE}.{index}.0/24", "podCIDRs": [f"{POD_CIDR_BASE}.{index}.0/24"]},
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+
+
+def _node_ready(client: KubeClient, name: str) -> bool:
+    conditions = client.get(f"/api/v1/nodes/{name}").get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def start_control_plane(binaries: Binaries, workdir: Path, config: ControlPlaneConfig | None = None) -> ControlPlane:
+    """Start every component in dependency order and wait until the cluster can run a Deployment: API server ready,
+    controller-manager and scheduler healthy, all fake nodes Ready, and the default ServiceAccount minted. On any
+    failure every process started so far is stopped before the error propagates."""
+    config = config or ControlPlaneConfig()
+    workdir.mkdir(parents=True, exist_ok=True)
+    processes = ProcessGroup(workdir)
+    started = time.monotonic()
+    try:
+        plane = _start(binaries, workdir, config, processes)
+    except BaseException:
+        processes.stop_all()
+        raise
+    plane.startup_s = time.monotonic() - started
+    return plane
+
+
+def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, processes: ProcessGroup) -> ControlPlane:
+    timeout = config.start_timeout_s
+    pki = make_pki(workdir / "pki")
+    ca = pki.ca_cert
+
+    etcd_port, etcd_peer_port = free_port(), free_port()
+    etcd_url = f"http://127.0.0.1:{etcd_port}"
+    processes.start(
+        "etcd",
+        [
+            binaries.etcd,
+            "--name=testbed",
+            f"--data-dir={workdir / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}",
+            f"--initial-cluster=testbed=http://127.0.0.1:{etcd_peer_port}",
+            "--unsafe-no-fsync",  # test data: durability is not needed, and fsync on a shared disk is slow
+            "--log-level=warn",
+        ],
+    )
+    wait_for(
+        "etcd /health",
+        processes.guard(lambda: _etcd_healthy(etcd_url)),
+        timeout_s=timeout,
+        interval_s=0.1,
+    )
+
+    # Static tokens: the admin for tests, and one identity per component with the RBAC roles Kubernetes bootstraps
+    # for exactly these user names.
+    identities = {
+        "admin": ("paged-admin", "system:masters"),
+        "controller-manager": ("system:kube-controller-manager", ""),
+        "scheduler": ("system:kube-scheduler", ""),
+        "kwok": ("kwok", "system:masters"),
+    }
+    tokens = {name: secrets.token_hex(16) for name in identities}
+    token_file = _token_file(workdir / "tokens.csv", {tokens[n]: identities[n] for n in identities})
+
+    api_port = free_port()
+    server = f"https://127.0.0.1:{api_port}"
+    processes.start(
+        "kube-apiserver",
+        [
+            binaries.kube_apiserver,
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={api_port}",
+            f"--cert-dir={workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={pki.serving_cert}",
+            f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={ca}",
+            f"--etcd-servers={etcd_url}",
+            f"--token-auth-file={token_file}",
+            "--authorization-mode=Node,RBAC",
+            "--anonymous-auth=false",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={pki.sa_public_key}",
+            f"--service-account-signing-key-file={pki.sa_private_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # The reconciler would publish 127.0.0.1 as the `kubernetes` Service's endpoint, which endpoint
+            # validation rejects as loopback; nothing in the test bed routes through that Service anyway.
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ],
+    )
+    admin = Credentials(server=server, ca_cert=ca, token=tokens["admin"], user="paged-admin")
+    _wait_healthy(processes, "kube-apiserver /readyz", f"{server}/readyz", ca, timeout, token=admin.token)
+
+    def component_kubeconfig(name: str) -> Path:
+        creds = Credentials(server=server, ca_cert=ca, token=tokens[name], user=identities[name][0])
+        return creds.write_kubeconfig(workdir / f"{name}.kubeconfig")
+
+    serving = [f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}"]
+    cm_kubeconfig, cm_port = component_kubeconfig("controller-manager"), free_port()
+    processes.start(
+        "kube-controller-manager",
+        [
+            binaries.kube_controller_manager,
+            f"--kubeconfig={cm_kubeconfig}",
+            f"--authentication-kubeconfig={cm_kubeconfig}",
+            f"--authorization-kubeconfig={cm_kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={cm_port}",
+            *serving,
+            "--leader-elect=false",  # one instance: skipping the lease makes start-up faster
+            "--use-service-account-credentials=true",
+            f"--root-ca-file={ca}",
+            f"--service-account-private-key-file={pki.sa_private_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--profiling=false",
+        ],
+    )
+    sched_kubeconfig, sched_port = component_kubeconfig("scheduler"), free_port()
+    processes.start(
+        "kube-scheduler",
+        [
+            binaries.kube_scheduler,
+            f"--kubeconfig={sched_kubeconfig}",
+            f"--authentication-kubeconfig={sched_kubeconfig}",
+            f"--authorization-kubeconfig={sched_kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={sched_port}",
+            *serving,
+            "--leader-elect=false",
+            "--profiling=false",
+        ],
+    )
+    processes.start(
+        "kwok",
+        [
+            binaries.kwok,
+            f"--kubeconfig={component_kubeconfig('kwok')}",
+            f"--config={binaries.kwok_stages}",
+            "--manage-all-nodes=true",
+            # Pods on nodes without a podCIDR of their own still get loopback IPs.
+            f"--cidr={POD_CIDR_BASE}.255.0/24",
+            f"--node-ip={NODE_IP}",
+        ],
+    )
+
+    admin_kubeconfig = admin.write_kubeconfig(workdir / "admin.kubeconfig")
+    node_names = [f"kwok-node-{i}" for i in range(config.nodes)]
+    with KubeClient(admin) as client:
+        for i, name in enumerate(node_names):
+            client.create("/api/v1/nodes", _node(name, i, config))
+        _wait_healthy(
+            processes, "kube-controller-manager /healthz", f"https://127.0.0.1:{cm_port}/healthz", ca, timeout
+        )
+        _wait_healthy(processes, "kube-scheduler /healthz", f"https://127.0.0.1:{sched_port}/healthz", ca, timeout)
+        for name in node_names:
+            wait_for(f"node {name} Ready", processes.guard(lambda n=name: _node_ready(client, n)), timeout)
+        wait_for(
+            "ServiceAccount default/default",
+            processes.guard(lambda: client.exists("/api/v1/namespaces/default/serviceaccounts/default")),
+            timeout,
+        )
+    return ControlPlane(
+        workdir=workdir,
+        pki=pki,
+        admin=admin,
+        admin_kubeconfig=admin_kubeconfig,
+        etcd_url=etcd_url,
+        node_names=node_names,
+        processes=processes,
+    )
+
+
+def _etcd_healthy(url: str) -> bool:
+    try:
+        response = httpx.get(f"{url}/health", timeout=5.0)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200 and response.json().get("health") == "true"
+
+
+@contextmanager
+def running_control_plane(
+    binaries: Binaries, workdir: Path, config: ControlPlaneConfig | None = None
+) -> Iterator[ControlPlane]:
+    """The control plane for the duration of a ``with`` block; every process is stopped on the way out."""
+    plane = start_control_plane(binaries, workdir, config)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+__all__ = ["ControlPlane", "ControlPlaneConfig", "ProcessError", "running_control_plane", "start_control_plane"]

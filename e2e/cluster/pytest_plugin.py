@@ -1,0 +1,131 @@
+"""pytest fixtures for tests against the real control plane (register with ``pytest_plugins`` in the root
+conftest). The first test that asks for ``kube_cluster`` builds the binaries if needed and starts the control
+plane, once per session; every process is stopped by PID at the end of the session, on failure, Ctrl-C or SIGTERM.
+
+Fixtures:
+  kube_binaries       session   paths of the pinned binaries (built on first use)
+  kube_cluster        session   the running ControlPlane: server URL, CA, admin credentials and kubeconfig
+  kube_admin          session   a KubeClient acting as cluster admin
+  kube_namespace      function  a fresh namespace (its default ServiceAccount exists), deleted afterwards
+  kube_service_account function factory: a ServiceAccount with given RBAC rules -> ServiceAccountAccess
+  kube_chart_access   function  factory: a chart's own RBAC (helm template) applied -> access as its ServiceAccount
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .access import CreatedObjects, ServiceAccountAccess, create_rbac, grant, service_account_access
+from .binaries import Binaries, ensure_binaries
+from .client import KubeClient, wait_for
+from .controlplane import ControlPlane, running_control_plane
+from .helm import render_chart
+
+
+def _sigterm_as_interrupt(signum: int, frame: object) -> None:
+    # pytest unwinds a KeyboardInterrupt through its finalizers, so a SIGTERM'd run still stops the control plane.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session")
+def kube_binaries(request: pytest.FixtureRequest) -> Binaries:
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    # A cold build runs for many minutes: show its progress live rather than capturing it.
+    with capture.global_and_fixture_disabled():
+        return ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(kube_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt) if in_main_thread else None
+    try:
+        with running_control_plane(kube_binaries, tmp_path_factory.mktemp("kube")) as plane:
+            yield plane
+            plane.ensure_running()  # a component that died mid-session fails the session's last test loudly
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture(scope="session")
+def kube_admin(kube_cluster: ControlPlane) -> Iterator[KubeClient]:
+    with kube_cluster.admin_client() as client:
+        yield client
+
+
+def _namespace_name(test_name: str) -> str:
+    stem = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    return f"{stem or 't'}-{secrets.token_hex(3)}"
+
+
+@pytest.fixture
+def kube_namespace(kube_admin: KubeClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = _namespace_name(request.node.name)
+    kube_admin.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    # Pods are refused until the namespace's default ServiceAccount exists; the controller-manager adds it.
+    wait_for(
+        f"ServiceAccount {name}/default",
+        lambda: kube_admin.exists(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        timeout_s=30,
+    )
+    yield name
+    kube_admin.delete(f"/api/v1/namespaces/{name}")
+
+
+ServiceAccountFactory = Callable[..., ServiceAccountAccess]
+
+
+@pytest.fixture
+def kube_service_account(
+    kube_admin: KubeClient, kube_namespace: str, tmp_path: Path
+) -> Iterator[ServiceAccountFactory]:
+    """``factory(name, rules=[...], cluster_rules=[...])``: a ServiceAccount in the test's namespace bound to exactly
+    those RBAC rules, with a kubeconfig at ``access.kubeconfig``."""
+    created = CreatedObjects()
+
+    def factory(
+        name: str,
+        *,
+        rules: Sequence[Mapping[str, Any]] = (),
+        cluster_rules: Sequence[Mapping[str, Any]] = (),
+    ) -> ServiceAccountAccess:
+        grant(kube_admin, kube_namespace, name, created, rules=rules, cluster_rules=cluster_rules)
+        return service_account_access(kube_admin, kube_namespace, name, tmp_path / f"{name}.kubeconfig")
+
+    yield factory
+    created.delete_all(kube_admin)
+
+
+@pytest.fixture
+def kube_chart_access(
+    kube_admin: KubeClient, kube_namespace: str, kube_binaries: Binaries, tmp_path: Path
+) -> Iterator[Callable[..., ServiceAccountAccess]]:
+    """``factory(chart_dir, service_account, release="test", set_values={...})``: render the chart with helm into the
+    test's namespace, create its ServiceAccounts, Roles, ClusterRoles and bindings as the chart writes them, and
+    return access as ``service_account``: the operator's tests run with the chart's permissions, no more."""
+    created = CreatedObjects()
+
+    def factory(
+        chart: Path,
+        service_account: str,
+        *,
+        release: str = "test",
+        set_values: Mapping[str, str] | None = None,
+    ) -> ServiceAccountAccess:
+        objects = render_chart(kube_binaries.helm, chart, release, kube_namespace, set_values=set_values)
+        create_rbac(kube_admin, objects, kube_namespace, created)
+        return service_account_access(
+            kube_admin, kube_namespace, service_account, tmp_path / f"{service_account}.kubeconfig"
+        )
+
+    yield factory
+    created.delete_all(kube_admin)
