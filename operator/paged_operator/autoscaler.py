@@ -1,0 +1,316 @@
+"""Replica autoscaler: a pure policy from a fleet view to a desired replica count and a human reason.
+
+Borrowed ideas (re-derived, not copied): the HPA's ``desired = ceil(ready × value / target)`` per
+signal with a tolerance band and asymmetric stabilisation windows, and Knative's panic mode.
+
+* **Signals.** KV-cache utilisation, waiting requests per replica, preemptions per second per
+  replica and (optionally) TTFT p95 against an SLO. Each is turned into a *demand* in replicas
+  (``ready × value / target``); the largest demand wins, because any one saturated resource is
+  enough to hurt users.
+* **Missing pods are not idle pods.** Per-replica values are means over the pods that answered,
+  scaled to the ready count. When too few answered (``FleetView.degraded``) it may scale up
+  but never down, since a partial view can hide load, not invent it.
+* **Credit for starting pods.** Capacity is ``ready + starting``: a pod that is booting will take
+  its share soon, so demand must exceed it before another pod is added (no overshoot while a
+  multi-minute model load is in progress).
+* **Stabilisation.** A scale-up needs every recommendation of the short up-window to agree (their
+  minimum); a scale-down takes the largest recommendation of the long down-window. Fast up, slow
+  down, and a load oscillating faster than the down-window never scales down.
+* **Panic.** When the mean demand over the short panic window reaches ``panic_threshold`` ×
+  capacity, the up-window is skipped and scale-down is blocked for ``panic_hold_s``.
+* **Limits.** At most ``max_step_up`` / ``max_step_down`` replicas per decision, then a clamp to
+  ``[min_replicas, max_replicas]`` which always wins (a lowered ``max_replicas`` applies at once).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from paged_operator.metrics import FleetView
+
+_EPS = 1e-9
+
+
+class ScalingLimit(StrEnum):
+    """Why the desired count is not what demand asked for (reported as the ``ScalingLimited`` condition)."""
+
+    AT_MAX = "AtMaxReplicas"
+    AT_MIN = "AtMinReplicas"
+
+
+@dataclass(frozen=True)
+class AutoscalingPolicySpec:
+    """Autoscaler knobs. Times in seconds, rates per second per replica, utilisation as a 0–1 ratio.
+
+    min_replicas / max_replicas: hard bounds on the replica count (min ≥ 1: with zero pods there
+        are no metrics to scale back up from).
+    target_kv_usage: KV-cache utilisation (used blocks / total) one replica should run at.
+    target_waiting_per_replica: requests queued in one engine's scheduler that are acceptable.
+    target_preemption_rate: recompute preemptions per second per replica that are acceptable.
+    ttft_p95_slo_s: optional time-to-first-token p95 objective; None ignores TTFT.
+    tolerance: relative dead band around capacity in which no change is made (0.1 = ±10 %).
+    stabilization_window_up_s: a scale-up must be wanted for this long (the minimum recommendation
+        over the window is taken). 0 acts on the latest sample.
+    stabilization_window_down_s: a scale-down takes the maximum recommendation over this window.
+    max_step_up / max_step_down: most replicas added / removed in one decision.
+    panic_threshold: demand / capacity ratio, averaged over ``panic_window_s``, that declares a burst.
+    panic_window_s: averaging window for burst detection.
+    panic_hold_s: how long panic mode lasts after the last burst sample (no scale-down meanwhile).
+    dry_run: decide and report, but the controller must not change the replica count.
+    """
+
+    min_replicas: int = 1
+    max_replicas: int = 10
+    target_kv_usage: float = 0.75
+    target_waiting_per_replica: float = 4.0
+    target_preemption_rate: float = 0.5
+    ttft_p95_slo_s: float | None = None
+    tolerance: float = 0.1
+    stabilization_window_up_s: float = 30.0
+    stabilization_window_down_s: float = 300.0
+    max_step_up: int = 4
+    max_step_down: int = 1
+    panic_threshold: float = 2.0
+    panic_window_s: float = 10.0
+    panic_hold_s: float = 60.0
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        if self.min_replicas < 1:
+            raise ValueError(f"min_replicas must be at least 1, got {self.min_replicas}")
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) must be at least min_replicas ({self.min_replicas})")
+        if not 0.0 < self.target_kv_usage <= 1.0:
+            raise ValueError(f"target_kv_usage must be in (0, 1], got {self.target_kv_usage}")
+        for name in ("target_waiting_per_replica", "target_preemption_rate", "panic_window_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.ttft_p95_slo_s is not None and not self.ttft_p95_slo_s > 0:
+            raise ValueError(f"ttft_p95_slo_s must be positive when set, got {self.ttft_p95_slo_s}")
+        if not 0.0 <= self.tolerance < 1.0:
+            raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance}")
+        for name in ("stabilization_window_up_s", "stabilization_window_down_s", "panic_hold_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
+        if self.max_step_up < 1 or self.max_step_down < 1:
+            raise ValueError(
+                f"max_step_up and max_step_down must be at least 1, got {self.max_step_up}, {self.max_step_down}"
+            )
+        if not self.panic_threshold > 1.0:
+            raise ValueError(f"panic_threshold must be greater than 1, got {self.panic_threshold}")
+
+    @property
+    def history_s(self) -> float:
+        """How far back recommendations must be remembered."""
+        return max(self.stabilization_window_up_s, self.stabilization_window_down_s, self.panic_window_s)
+
+    def clamp(self, replicas: int) -> int:
+        return min(self.max_replicas, max(self.min_replicas, replicas))
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One past evaluation: ``demand`` in replicas (unrounded) and the clamped replica count it asked for."""
+
+    time: float
+    demand: float
+    replicas: int
+
+
+@dataclass(frozen=True)
+class AutoscalerState:
+    """What the autoscaler remembers between decisions (kept by the controller, e.g. in kopf's memo).
+
+    ``first_seen`` is the first evaluation with metrics: until a stabilisation window has been
+    observed in full, the missing part counts as "keep the current count", so a restarted operator
+    does not act on a few seconds of evidence.
+    """
+
+    history: tuple[Recommendation, ...] = ()
+    panic_until: float | None = None
+    first_seen: float | None = None
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One signal's reading: ``value`` against ``target`` on ``ready`` replicas gives ``demand`` replicas."""
+
+    name: str
+    value: float
+    target: float
+    demand: float
+
+    def describe(self, ready: int) -> str:
+        op = ">" if self.value > self.target else "<" if self.value < self.target else "="
+        return f"{self.name} {self.value:.3g} {op} target {self.target:.3g} on {ready} replicas"
+
+
+@dataclass(frozen=True)
+class ScaleDecision:
+    """The autoscaler's answer. ``current`` is the capacity it started from (ready + starting)."""
+
+    desired: int
+    current: int
+    reason: str
+    signals: tuple[Signal, ...] = ()
+    limited: ScalingLimit | None = None
+    step_limited: bool = False
+    panic: bool = False
+    degraded: bool = False
+    dry_run: bool = False
+
+    @property
+    def change(self) -> int:
+        return self.desired - self.current
+
+
+def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int) -> tuple[Signal, ...]:
+    """Per-signal demand in replicas on ``ready`` replicas; signals without data yet (rates, TTFT) are left out."""
+    readings: list[tuple[str, float | None, float]] = [
+        ("kv_usage", view.kv_usage_mean, spec.target_kv_usage),
+        ("waiting_per_replica", view.waiting_per_replica, spec.target_waiting_per_replica),
+        ("preemptions_per_s", view.preemption_rate_per_replica, spec.target_preemption_rate),
+    ]
+    if spec.ttft_p95_slo_s is not None:
+        readings.append(("ttft_p95_s", view.ttft_p95_s, spec.ttft_p95_slo_s))
+    return tuple(
+        Signal(name, value, target, ready * value / target) for name, value, target in readings if value is not None
+    )
+
+
+def _replicas_for(demand: float, capacity: int, tolerance: float) -> int:
+    """Round demand up to replicas, but keep the capacity when demand is within the tolerance band around it."""
+    if capacity > 0 and abs(demand / capacity - 1.0) <= tolerance:
+        return capacity
+    return max(0, math.ceil(demand - _EPS))
+
+
+def decide(
+    spec: AutoscalingPolicySpec,
+    state: AutoscalerState,
+    view: FleetView | None,
+    *,
+    ready: int,
+    starting: int,
+    now: float,
+) -> tuple[ScaleDecision, AutoscalerState]:
+    """Decide the replica count for one evaluation; returns the decision and the state to keep for the next one.
+
+    ``view`` is None when no ready pod answered; ``ready`` / ``starting`` count pods that are ready and
+    pods that exist but are not ready yet (scheduled, pulling, loading weights).
+    """
+    if ready < 0 or starting < 0:
+        raise ValueError(f"ready and starting replicas must be non-negative, got {ready} and {starting}")
+    capacity = ready + starting
+    panic_until = state.panic_until if state.panic_until is not None and state.panic_until > now else None
+    held = replace(state, panic_until=panic_until)
+    if ready == 0 or view is None or view.reporting == 0:
+        why = "no ready replicas" if ready == 0 else "no ready replica answered its metrics scrape"
+        desired = spec.clamp(capacity)
+        return _finish(
+            spec,
+            capacity,
+            desired,
+            desired,
+            f"{why}: holding at {desired}",
+            degraded=ready > 0,
+            panic=panic_until is not None,
+        ), held
+
+    degraded = view.degraded
+    signals = compute_signals(spec, view, ready)
+    top = max(signals, key=lambda s: s.demand)
+    raw = spec.clamp(_replicas_for(top.demand, capacity, spec.tolerance))
+    history = (*(r for r in state.history if r.time > now - spec.history_s), Recommendation(now, top.demand, raw))
+
+    def within(window_s: float) -> list[Recommendation]:
+        return [r for r in history if r.time > now - window_s] or [history[-1]]
+
+    recent = within(spec.panic_window_s)
+    burst = sum(r.demand for r in recent) / len(recent) >= spec.panic_threshold * capacity
+    if burst:
+        panic_until = now + spec.panic_hold_s
+    panic = panic_until is not None
+    first_seen = state.first_seen if state.first_seen is not None else now
+    new_state = AutoscalerState(history=history, panic_until=panic_until, first_seen=first_seen)
+
+    notes: list[str] = []
+    if panic:
+        target = max(capacity, raw)
+        notes.append("panic: burst of demand, scaling up without waiting, no scale-down")
+    else:
+        up = min(r.replicas for r in within(spec.stabilization_window_up_s))
+        down = max(r.replicas for r in within(spec.stabilization_window_down_s))
+        if now - first_seen < spec.stabilization_window_up_s:
+            up = min(up, capacity)
+        if now - first_seen < spec.stabilization_window_down_s:
+            down = max(down, capacity)
+        target = min(max(capacity, up), down)
+        if raw > capacity and target < raw:
+            notes.append(f"up-stabilisation over {spec.stabilization_window_up_s:g} s holds at {target}")
+        elif raw < capacity and target > raw:
+            notes.append(f"down-stabilisation over {spec.stabilization_window_down_s:g} s holds at {target}")
+    if degraded and target < capacity:
+        target = capacity
+        notes.append(f"only {view.reporting}/{ready} replicas reported: no scale-down")
+    if starting and raw > ready and target == capacity:
+        notes.append(f"{starting} starting replica(s) credited")
+
+    stepped = min(target, capacity + spec.max_step_up) if target > capacity else target
+    stepped = max(stepped, capacity - spec.max_step_down) if stepped < capacity else stepped
+    if stepped != target:
+        notes.append(f"step limited to {stepped - capacity:+d}")
+    reason = f"{top.describe(ready)} → {raw}"
+    if notes:
+        reason += f"; {'; '.join(notes)}"
+    return _finish(
+        spec,
+        capacity,
+        stepped,
+        _replicas_for(top.demand, capacity, spec.tolerance),
+        reason,
+        signals=signals,
+        step_limited=stepped != target,
+        panic=panic,
+        degraded=degraded,
+    ), new_state
+
+
+def _finish(
+    spec: AutoscalingPolicySpec,
+    capacity: int,
+    desired: int,
+    wanted: int,
+    reason: str,
+    *,
+    signals: tuple[Signal, ...] = (),
+    step_limited: bool = False,
+    panic: bool = False,
+    degraded: bool = False,
+) -> ScaleDecision:
+    """Apply the hard clamp and name the limit when demand asked for more (or less) than the bounds allow."""
+    final = spec.clamp(desired)
+    limited = None
+    if wanted > spec.max_replicas and final == spec.max_replicas:
+        limited = ScalingLimit.AT_MAX
+        reason += f"; at max_replicas {spec.max_replicas}"
+    elif wanted < spec.min_replicas and final == spec.min_replicas:
+        limited = ScalingLimit.AT_MIN
+        reason += f"; at min_replicas {spec.min_replicas}"
+    if final != desired:
+        reason += f"; clamped {desired} → {final}"
+    if spec.dry_run:
+        reason = f"dry-run: {reason}"
+    return ScaleDecision(
+        desired=final,
+        current=capacity,
+        reason=reason,
+        signals=signals,
+        limited=limited,
+        step_limited=step_limited,
+        panic=panic,
+        degraded=degraded,
+        dry_run=spec.dry_run,
+    )

@@ -1,0 +1,272 @@
+"""Autoscaler policy: signals, stabilisation, panic, credit for starting pods, limits; unit and property tests."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from operator_views import view
+from paged_operator.autoscaler import (
+    AutoscalerState,
+    AutoscalingPolicySpec,
+    ScaleDecision,
+    ScalingLimit,
+    compute_signals,
+    decide,
+)
+
+SPEC = AutoscalingPolicySpec(
+    min_replicas=1,
+    max_replicas=10,
+    target_kv_usage=0.75,
+    target_waiting_per_replica=4,
+    target_preemption_rate=0.5,
+    stabilization_window_up_s=0,
+    stabilization_window_down_s=60,
+    max_step_up=4,
+    max_step_down=1,
+    panic_threshold=2.0,
+    panic_window_s=10,
+    panic_hold_s=60,
+)
+
+
+def run(spec: AutoscalingPolicySpec, loads: list[dict], *, ready: int, starting: int = 0, dt: float = 5.0):
+    """Feed one view per tick with a fixed fleet; returns the decisions."""
+    state = AutoscalerState()
+    out: list[ScaleDecision] = []
+    for i, load in enumerate(loads):
+        d, state = decide(spec, state, view(ready=ready, t=i * dt, **load), ready=ready, starting=starting, now=i * dt)
+        out.append(d)
+    return out
+
+
+def test_reason_names_the_winning_signal() -> None:
+    (d,) = run(SPEC, [{"kv": 0.93}], ready=3)
+    assert d.desired == 4
+    assert d.reason.startswith("kv_usage 0.93 > target 0.75 on 3 replicas → 4")
+    assert {s.name for s in d.signals} == {"kv_usage", "waiting_per_replica", "preemptions_per_s"}
+
+
+def test_largest_demand_wins() -> None:
+    (d,) = run(SPEC, [{"kv": 0.8, "waiting": 12, "preempt": 0.1}], ready=2)
+    assert d.desired == 6 and d.reason.startswith("waiting_per_replica 12 > target 4 on 2 replicas → 6")
+    (d,) = run(SPEC, [{"kv": 0.8, "waiting": 0, "preempt": 1.5}], ready=2)
+    assert d.desired == 6 and d.reason.startswith("preemptions_per_s")
+
+
+def test_ttft_signal_only_with_an_slo() -> None:
+    spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "ttft_p95_slo_s": 0.5})
+    signals = compute_signals(spec, view(ready=2, ttft=1.5), ready=2)
+    assert [s.demand for s in signals if s.name == "ttft_p95_s"] == [pytest.approx(6.0)]
+    assert "ttft_p95_s" not in {s.name for s in compute_signals(SPEC, view(ready=2, ttft=1.5), ready=2)}
+    # A rate not known yet (first sample) is left out rather than read as zero.
+    assert "preemptions_per_s" not in {s.name for s in compute_signals(SPEC, view(preempt=None), ready=2)}
+
+
+def test_tolerance_band_keeps_current() -> None:
+    (d,) = run(SPEC, [{"kv": 0.8}], ready=4)  # demand 4.27 is within 10 % of 4
+    assert d.desired == 4 and d.change == 0
+
+
+def test_scale_down_waits_for_the_down_window() -> None:
+    ds = run(SPEC, [{"kv": 0.9}] + [{"kv": 0.2}] * 20, ready=4)  # 5 s ticks, 60 s window
+    first_down = next(i for i, d in enumerate(ds) if d.desired < 4)
+    assert first_down * 5 >= 60
+    assert "down-stabilisation over 60 s holds at" in ds[1].reason
+    assert ds[first_down].desired == 3  # one replica per decision
+
+
+def test_up_window_needs_sustained_demand() -> None:
+    spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "stabilization_window_up_s": 15})
+    ds = run(spec, [{"kv": 0.5}, {"kv": 1.0}, {"kv": 0.5}, {"kv": 1.0}, {"kv": 1.0}, {"kv": 1.0}, {"kv": 1.0}], ready=3)
+    assert [d.desired for d in ds] == [3, 3, 3, 3, 3, 4, 4]  # wanted at t=15, 20, 25: the whole window
+    assert "up-stabilisation over 15 s holds at 3" in ds[4].reason  # the 0.5 seen at t=10 is still in the window
+
+
+def test_max_step_up_and_limits() -> None:
+    (d,) = run(SPEC, [{"waiting": 40}], ready=2)  # demand 20 replicas, panic, but at most +4 per decision
+    assert d.desired == 6 and d.step_limited and "step limited to +4" in d.reason
+    (d,) = run(SPEC, [{"waiting": 400}], ready=8)
+    assert d.desired == 10 and d.limited is ScalingLimit.AT_MAX and "at max_replicas 10" in d.reason
+
+
+def test_at_min_is_reported() -> None:
+    ds = run(SPEC, [{"kv": 0.0}] * 20, ready=1)
+    assert all(d.desired == 1 and d.limited is ScalingLimit.AT_MIN for d in ds)
+
+
+def test_clamp_wins_over_step_when_bounds_change() -> None:
+    spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "max_replicas": 3})
+    (d,) = run(spec, [{"kv": 0.75}], ready=8)
+    assert d.desired == 3 and "clamped" in d.reason
+
+
+def test_panic_on_burst_scales_without_waiting_and_blocks_scale_down() -> None:
+    spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "stabilization_window_up_s": 30, "stabilization_window_down_s": 0})
+    ds = run(spec, [{"kv": 0.6}] * 3 + [{"kv": 1.0, "waiting": 20}] + [{"kv": 0.1}] * 14, ready=2)
+    burst = ds[3]
+    assert burst.panic and burst.desired == 6 and "panic" in burst.reason  # demand 10, step +4
+    hold = [d for d in ds[4:] if d.panic]
+    assert hold and all(d.desired >= d.current for d in hold)
+    assert not ds[-1].panic and ds[-1].desired == 1  # after panic_hold_s the down-window (0 s) lets it go
+
+
+def test_starting_pods_are_credited() -> None:
+    # 2 ready pods at kv 0.95 (demand 2.5 → 3) while 2 more are booting: capacity 4 is enough.
+    (d,) = run(SPEC, [{"kv": 0.95}], ready=2, starting=2)
+    assert d.desired == 4 and d.change == 0
+    (d,) = run(SPEC, [{"kv": 0.95, "waiting": 12}], ready=2, starting=2)  # demand 6 > 4: add 2 only
+    assert d.desired == 6
+
+
+def test_no_view_holds_and_flags() -> None:
+    d, _ = decide(SPEC, AutoscalerState(), None, ready=3, starting=1, now=0)
+    assert d.desired == 4 and d.degraded and "no ready replica answered" in d.reason
+    d, _ = decide(SPEC, AutoscalerState(), None, ready=0, starting=2, now=0)
+    assert d.desired == 2 and not d.degraded and "no ready replicas" in d.reason
+
+
+def test_degraded_view_does_not_scale_down() -> None:
+    ds = run(
+        AutoscalingPolicySpec(**{**SPEC.__dict__, "stabilization_window_down_s": 0}),
+        [{"kv": 0.1, "reporting": 1, "degraded": True}],
+        ready=4,
+    )
+    assert ds[0].desired == 4 and "only 1/4 replicas reported: no scale-down" in ds[0].reason
+    ds = run(SPEC, [{"kv": 1.0, "reporting": 1, "degraded": True}], ready=4)
+    assert ds[0].desired == 6  # scale-up still allowed on partial data
+
+
+def test_dry_run_is_marked() -> None:
+    (d,) = run(AutoscalingPolicySpec(**{**SPEC.__dict__, "dry_run": True}), [{"kv": 0.93}], ready=3)
+    assert d.dry_run and d.reason.startswith("dry-run: ") and d.desired == 4
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("min_replicas", 0, "min_replicas must be at least 1, got 0"),
+        ("max_replicas", 0, r"max_replicas \(0\) must be at least min_replicas \(1\)"),
+        ("target_kv_usage", 1.2, r"target_kv_usage must be in \(0, 1\], got 1.2"),
+        ("target_waiting_per_replica", 0, "target_waiting_per_replica must be positive, got 0"),
+        ("ttft_p95_slo_s", -1.0, "ttft_p95_slo_s must be positive when set, got -1.0"),
+        ("tolerance", 1.0, r"tolerance must be in \[0, 1\), got 1.0"),
+        ("stabilization_window_down_s", -5, "stabilization_window_down_s must be non-negative, got -5"),
+        ("max_step_up", 0, "max_step_up and max_step_down must be at least 1"),
+        ("panic_threshold", 1.0, "panic_threshold must be greater than 1, got 1.0"),
+    ],
+)
+def test_spec_validation_names_the_value(field: str, value: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        AutoscalingPolicySpec(**{field: value})
+
+
+def test_bad_counts_rejected() -> None:
+    with pytest.raises(ValueError, match="must be non-negative, got -1 and 0"):
+        decide(SPEC, AutoscalerState(), None, ready=-1, starting=0, now=0)
+
+
+# ---- properties -------------------------------------------------------------------------------
+
+specs = st.builds(
+    AutoscalingPolicySpec,
+    min_replicas=st.integers(1, 3),
+    max_replicas=st.integers(3, 20),
+    stabilization_window_up_s=st.sampled_from([0.0, 15.0, 30.0]),
+    stabilization_window_down_s=st.sampled_from([0.0, 60.0, 300.0]),
+    max_step_up=st.integers(1, 5),
+    max_step_down=st.integers(1, 3),
+    panic_threshold=st.sampled_from([1.5, 2.0, 3.0]),
+)
+loads = st.fixed_dictionaries(
+    {
+        "kv": st.floats(0, 1),
+        "waiting": st.floats(0, 100),
+        "preempt": st.one_of(st.none(), st.floats(0, 20)),
+        "degraded": st.booleans(),
+    }
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=specs, ticks=st.lists(st.tuples(loads, st.integers(0, 25), st.integers(0, 5)), min_size=1, max_size=40))
+def test_desired_within_bounds_and_steps(spec: AutoscalingPolicySpec, ticks: list) -> None:
+    state = AutoscalerState()
+    for i, (load, ready, starting) in enumerate(ticks):
+        v = view(ready=ready, t=i * 5.0, **load) if ready else None
+        d, state = decide(spec, state, v, ready=ready, starting=starting, now=i * 5.0)
+        assert spec.min_replicas <= d.desired <= spec.max_replicas
+        if spec.min_replicas <= d.current <= spec.max_replicas:  # outside the bounds the clamp may jump
+            assert -spec.max_step_down <= d.change <= spec.max_step_up
+        if load["degraded"] and d.current >= spec.min_replicas and d.current <= spec.max_replicas:
+            assert d.change >= 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(spec=specs, kv=st.floats(0.05, 1), waiting=st.floats(0, 30))
+def test_constant_load_converges_and_stays(spec: AutoscalingPolicySpec, kv: float, waiting: float) -> None:
+    """With a load that is constant per *total* demand, replicas settle and never move again."""
+    total_kv, total_waiting = kv * 4, waiting * 4  # fixed work, spread over however many replicas there are
+    replicas, state, history = 4, AutoscalerState(), []
+    for i in range(400):
+        now = i * 5.0
+        v = view(ready=replicas, kv=min(1.0, total_kv / replicas), waiting=total_waiting / replicas, t=now)
+        d, state = decide(spec, state, v, ready=replicas, starting=0, now=now)
+        replicas = d.desired
+        history.append(replicas)
+    tail = history[-100:]
+    assert len(set(tail)) == 1, f"still moving at the end: {tail}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(period=st.sampled_from([10.0, 20.0, 40.0]), high=st.floats(0.8, 1.0), low=st.floats(0.0, 0.3))
+def test_load_oscillating_faster_than_down_window_never_scales_down(period: float, high: float, low: float) -> None:
+    spec = AutoscalingPolicySpec(stabilization_window_up_s=0, stabilization_window_down_s=120)
+    replicas, state = 3, AutoscalerState()
+    for i in range(200):
+        now = i * 5.0
+        kv = high if (now % period) < period / 2 else low
+        d, state = decide(spec, state, view(ready=replicas, kv=kv, t=now), ready=replicas, starting=0, now=now)
+        assert d.desired >= replicas, f"scaled down at t={now}: {d.reason}"
+        replicas = d.desired
+
+
+@settings(max_examples=60, deadline=None)
+@given(ready=st.integers(2, 8), silent=st.integers(1, 7), kv=st.floats(0.6, 0.9))
+def test_a_pod_not_reporting_does_not_drive_scale_down(ready: int, silent: int, kv: float) -> None:
+    """Same per-replica load with fewer pods answering gives the same (or a higher) answer, never a lower one."""
+    silent = min(silent, ready - 1)
+    spec = AutoscalingPolicySpec(stabilization_window_down_s=0)
+    full, _ = decide(spec, AutoscalerState(), view(ready=ready, kv=kv), ready=ready, starting=0, now=0)
+    partial_view = view(ready=ready, reporting=ready - silent, kv=kv, degraded=(ready - silent) < 0.5 * ready)
+    partial, _ = decide(spec, AutoscalerState(), partial_view, ready=ready, starting=0, now=0)
+    assert partial.desired >= full.desired
+
+
+@settings(max_examples=60, deadline=None)
+@given(ready=st.integers(1, 5), factor=st.floats(2.2, 6))
+def test_burst_triggers_panic(ready: int, factor: float) -> None:
+    """A burst sustained over the panic window scales up long before the 60 s up-window would allow."""
+    spec = AutoscalingPolicySpec(max_replicas=100, stabilization_window_up_s=60, panic_window_s=10)
+    state = AutoscalerState()
+    for t in (0.0, 5.0, 10.0, 15.0):
+        d, state = decide(spec, state, view(ready=ready, kv=0.5, t=t), ready=ready, starting=0, now=t)
+        assert not d.panic
+    for t in (20.0, 25.0):
+        burst = view(ready=ready, kv=1.0, waiting=spec.target_waiting_per_replica * factor, t=t)
+        d, state = decide(spec, state, burst, ready=ready, starting=0, now=t)
+    assert d.panic and d.desired > ready and "panic" in d.reason
+
+
+@settings(max_examples=60, deadline=None)
+@given(ready=st.integers(1, 6), starting=st.integers(1, 6), kv=st.floats(0.75, 1.0))
+def test_starting_pods_prevent_overshoot(ready: int, starting: int, kv: float) -> None:
+    """Demand that fits into ready + starting pods adds nothing while they boot."""
+    spec = AutoscalingPolicySpec(max_replicas=50, stabilization_window_up_s=0, target_waiting_per_replica=4)
+    demand = ready * kv / spec.target_kv_usage
+    d, _ = decide(spec, AutoscalerState(), view(ready=ready, kv=kv), ready=ready, starting=starting, now=0)
+    if demand <= ready + starting:
+        assert d.desired == ready + starting
+    else:
+        assert d.desired <= max(ready + starting, -(-demand // 1))
