@@ -1,0 +1,307 @@
+"""`ModelDeployment.spec`: what the user asks for.
+
+Every field has a default, so `spec: {}` is a useful object: one CPU replica serving the built-in
+default model (Gemma 3 270M) with autoscaling between 1 and 1 replicas. Ranges are OpenAPI constraints;
+rules that relate two fields are `@cel` rules (see `base`), enforced by the API server and by
+pydantic alike.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any, Literal
+
+from pydantic import Field
+
+from paged_platform.api.base import ApiModel, IntOrPercent, Quantity, cel
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_SERVED_NAME = "gemma-3-270m"
+DEFAULT_ENGINE_IMAGE = "ghcr.io/paged/paged-engine:0.1.0"
+
+# A Hugging Face-style id ("org/name"), the built-in default, or an absolute path inside model.volume.
+MODEL_NAME_PATTERN = r"^(default|/[^\s]+|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+)$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
+ABSOLUTE_PATH_PATTERN = r"^/[^\s]*$"
+
+
+def _sub(model: type[ApiModel]) -> Any:
+    """A nested object defaulted to its own defaults; `default: {}` lets the API server fill it in too."""
+    return Field(default_factory=model, json_schema_extra={"default": {}})
+
+
+class ModelVolume(ApiModel):
+    """A PersistentVolumeClaim mounted into every replica: the weights for a path model, the download cache
+    for a Hugging Face id."""
+
+    claim_name: str = Field(max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    """Name of the PersistentVolumeClaim, in the ModelDeployment's namespace."""
+    mount_path: str = Field("/models", max_length=1024, pattern=ABSOLUTE_PATH_PATTERN)
+    """Where the claim is mounted in the engine container."""
+    read_only: bool | None = None
+    """Mount read-only; unset means read-only for a path model and writable for a Hugging Face cache."""
+
+
+class ModelSource(ApiModel):
+    """The model every replica serves."""
+
+    name: str = Field(DEFAULT_MODEL, max_length=1024, pattern=MODEL_NAME_PATTERN)
+    """`default` (the built-in Gemma 3 270M, needs no volume), a Hugging Face id like `Qwen/Qwen2.5-0.5B`,
+    or an absolute path under `volume.mountPath`."""
+    served_name: str | None = Field(None, max_length=253, pattern=SERVED_NAME_PATTERN)
+    """The `model` clients send in OpenAI requests; unset means derived from `name`."""
+    volume: ModelVolume | None = None
+    """Required for a path; optional cache for a Hugging Face id (without one, an emptyDir is used)."""
+
+    @property
+    def is_path(self) -> bool:
+        return self.name.startswith("/")
+
+    @property
+    def is_default(self) -> bool:
+        return self.name == DEFAULT_MODEL
+
+    @property
+    def resolved_served_name(self) -> str:
+        if self.served_name:
+            return self.served_name
+        if self.is_default:
+            return DEFAULT_MODEL_SERVED_NAME
+        return posixpath.basename(self.name.rstrip("/"))
+
+    @property
+    def volume_read_only(self) -> bool:
+        if self.volume is None or self.volume.read_only is None:
+            return self.is_path
+        return self.volume.read_only
+
+    @cel(
+        "!self.name.startsWith('/') || has(self.volume)",
+        "model.name is a path, so model.volume must name the PersistentVolumeClaim that holds it",
+    )
+    def _path_needs_volume(self) -> bool:
+        return not self.is_path or self.volume is not None
+
+    @cel(
+        "!self.name.startsWith('/') || !has(self.volume) || self.name.startsWith(self.volume.mountPath + '/')",
+        "model.name must be a path under model.volume.mountPath",
+    )
+    def _path_under_mount(self) -> bool:
+        return not self.is_path or self.volume is None or self.name.startswith(self.volume.mount_path + "/")
+
+    @cel(
+        "self.name != 'default' || !has(self.volume)",
+        "the default model is built into the engine image and takes no model.volume",
+    )
+    def _default_has_no_volume(self) -> bool:
+        return not self.is_default or self.volume is None
+
+
+class EngineSpec(ApiModel):
+    """How each replica's engine runs."""
+
+    image: str = Field(DEFAULT_ENGINE_IMAGE, min_length=1, max_length=512)
+    """Engine container image."""
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weight and activation dtype; `auto` picks float32 on CPU and bfloat16 on GPU."""
+    block_size: Literal[8, 16, 32, 64, 128] = 16
+    """Tokens per KV-cache block."""
+    max_model_len: int | None = Field(None, ge=16, le=1_048_576)
+    """Longest sequence (prompt + output) in tokens; unset means the model's own limit."""
+    kv_cache_memory: Quantity | None = None
+    """Memory carved into KV-cache blocks at start-up (like `2Gi`); unset lets the engine size it."""
+    enable_prefix_caching: bool = True
+    """Reuse KV blocks across requests that share a prompt prefix."""
+    extra_args: list[str] = Field(default_factory=list, max_length=64, json_schema_extra={"default": []})
+    """Further `paged-engine serve` arguments, passed as written."""
+
+
+class Toleration(ApiModel):
+    """A Kubernetes toleration, as in a Pod spec."""
+
+    key: str | None = Field(None, max_length=316)
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = Field(None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class ResourcesSpec(ApiModel):
+    """Compute for one replica, and where it may be scheduled."""
+
+    cpu: Quantity = "2"
+    """CPU request per replica."""
+    memory: Quantity = "4Gi"
+    """Memory request and limit per replica."""
+    gpus: int = Field(0, ge=0, le=16)
+    """GPUs per replica (request and limit of `gpuResourceName`); 0 runs on CPU."""
+    gpu_resource_name: str = Field("nvidia.com/gpu", max_length=253)
+    node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra={"default": {}})
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=32, json_schema_extra={"default": []})
+    affinity: dict[str, Any] | None = None
+    """A Kubernetes Pod affinity, passed through unchanged."""
+
+
+class ReplicasSpec(ApiModel):
+    """Replica bounds. Autoscaling moves the count inside them; without it the operator runs `min`.
+
+    The `scale` subresource (`kubectl scale`) writes `min`.
+    """
+
+    min: int = Field(1, ge=0, le=1000)
+    max: int = Field(1, ge=1, le=1000)
+
+    @cel("self.min <= self.max", "replicas.min must not exceed replicas.max", field_path=".min")
+    def _min_le_max(self) -> bool:
+        return self.min <= self.max
+
+
+class AutoscalingTargets(ApiModel):
+    """Per-replica averages the autoscaler keeps replicas under; crossing any one scales up."""
+
+    kv_cache_usage: float = Field(0.8, gt=0, le=1)
+    """Fraction of KV-cache blocks in use."""
+    waiting_per_replica: float = Field(4, gt=0, le=10_000)
+    """Requests waiting in the scheduler queue."""
+    preemption_rate: float = Field(1.0, gt=0, le=10_000)
+    """Recompute preemptions per second."""
+    ttft_p95_seconds: float | None = Field(None, gt=0, le=600)
+    """Optional service level: 95th-percentile time to first token."""
+
+
+class ScaleUpPolicy(ApiModel):
+    """How fast replicas are added."""
+
+    stabilization_window_seconds: int = Field(30, ge=0, le=3600)
+    """How long the signals must ask for more replicas before replicas are added."""
+    max_step: int = Field(2, ge=1, le=100)
+    """Most replicas added in one decision."""
+
+
+class ScaleDownPolicy(ApiModel):
+    """How fast replicas are removed; slower than up by default, since a cold replica costs a model load."""
+
+    stabilization_window_seconds: int = Field(300, ge=0, le=3600)
+    """How long the signals must allow fewer replicas before replicas are removed."""
+    max_step: int = Field(1, ge=1, le=100)
+    """Most replicas removed in one decision."""
+
+
+class AutoscalingSpec(ApiModel):
+    """The operator's autoscaler."""
+
+    enabled: bool = True
+    dry_run: bool = False
+    """Decide and report (status.decisions, events) without changing the replica count."""
+    interval_seconds: int = Field(15, ge=5, le=600)
+    """How often metrics are read and a decision is made."""
+    targets: AutoscalingTargets = _sub(AutoscalingTargets)
+    scale_up: ScaleUpPolicy = _sub(ScaleUpPolicy)
+    scale_down: ScaleDownPolicy = _sub(ScaleDownPolicy)
+
+
+class _Bounds(ApiModel):
+    """An inclusive range; subclasses give the defaults."""
+
+    min: int
+    max: int
+
+    @cel("self.min <= self.max", "bounds: min must not exceed max", field_path=".min")
+    def _ordered(self) -> bool:
+        return self.min <= self.max
+
+
+class SeqsBounds(_Bounds):
+    """Range the tuner may move `maxNumSeqs` in."""
+
+    min: int = Field(1, ge=1, le=4096)
+    max: int = Field(256, ge=1, le=4096)
+
+
+class BatchedTokensBounds(_Bounds):
+    """Range the tuner may move `maxNumBatchedTokens` in."""
+
+    min: int = Field(256, ge=16, le=1_048_576)
+    max: int = Field(16384, ge=16, le=1_048_576)
+
+
+class AdaptiveBudget(ApiModel):
+    """Let the operator's budget tuner move the scheduler budget inside bounds."""
+
+    enabled: bool = False
+    max_num_seqs: SeqsBounds = _sub(SeqsBounds)
+    max_num_batched_tokens: BatchedTokensBounds = _sub(BatchedTokensBounds)
+
+
+class SchedulerBudget(ApiModel):
+    """The engine scheduler's per-step budget; the starting point when `adaptive` is on."""
+
+    max_num_seqs: int = Field(64, ge=1, le=4096)
+    """Most sequences in one engine step."""
+    max_num_batched_tokens: int = Field(2048, ge=16, le=1_048_576)
+    """Most tokens (prefill + decode) in one engine step."""
+    adaptive: AdaptiveBudget = _sub(AdaptiveBudget)
+
+    @cel(
+        "self.maxNumBatchedTokens >= self.maxNumSeqs",
+        "schedulerBudget.maxNumBatchedTokens must be at least maxNumSeqs (each sequence needs a token per step)",
+        field_path=".maxNumBatchedTokens",
+    )
+    def _tokens_cover_seqs(self) -> bool:
+        return self.max_num_batched_tokens >= self.max_num_seqs
+
+    @cel(
+        "!self.adaptive.enabled || (self.maxNumSeqs >= self.adaptive.maxNumSeqs.min"
+        " && self.maxNumSeqs <= self.adaptive.maxNumSeqs.max)",
+        "schedulerBudget.maxNumSeqs must lie within adaptive.maxNumSeqs bounds",
+        field_path=".maxNumSeqs",
+    )
+    def _seqs_in_bounds(self) -> bool:
+        bounds = self.adaptive.max_num_seqs
+        return not self.adaptive.enabled or bounds.min <= self.max_num_seqs <= bounds.max
+
+    @cel(
+        "!self.adaptive.enabled || (self.maxNumBatchedTokens >= self.adaptive.maxNumBatchedTokens.min"
+        " && self.maxNumBatchedTokens <= self.adaptive.maxNumBatchedTokens.max)",
+        "schedulerBudget.maxNumBatchedTokens must lie within adaptive.maxNumBatchedTokens bounds",
+        field_path=".maxNumBatchedTokens",
+    )
+    def _tokens_in_bounds(self) -> bool:
+        bounds = self.adaptive.max_num_batched_tokens
+        return not self.adaptive.enabled or bounds.min <= self.max_num_batched_tokens <= bounds.max
+
+
+class RolloutSpec(ApiModel):
+    """Rolling-update settings of the child Deployment."""
+
+    max_surge: IntOrPercent = 1
+    max_unavailable: IntOrPercent = 0
+
+    @cel(
+        "!(string(self.maxSurge) in ['0', '0%'] && string(self.maxUnavailable) in ['0', '0%'])",
+        "rollout.maxSurge and rollout.maxUnavailable cannot both be zero",
+    )
+    def _can_progress(self) -> bool:
+        return not (str(self.max_surge) in ("0", "0%") and str(self.max_unavailable) in ("0", "0%"))
+
+
+class ServiceSpec(ApiModel):
+    """The Service in front of the replicas (OpenAI-compatible API)."""
+
+    port: int = Field(8000, ge=1, le=65535)
+    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+
+
+class ModelDeploymentSpec(ApiModel):
+    """A model served by a set of engine replicas that the operator sizes and tunes."""
+
+    model: ModelSource = _sub(ModelSource)
+    engine: EngineSpec = _sub(EngineSpec)
+    resources: ResourcesSpec = _sub(ResourcesSpec)
+    replicas: ReplicasSpec = _sub(ReplicasSpec)
+    autoscaling: AutoscalingSpec = _sub(AutoscalingSpec)
+    scheduler_budget: SchedulerBudget = _sub(SchedulerBudget)
+    rollout: RolloutSpec = _sub(RolloutSpec)
+    service: ServiceSpec = _sub(ServiceSpec)
