@@ -1,0 +1,122 @@
+"""Arbiter: when the autoscaler and the budget tuner both want to act, which one does.
+
+At most one action per decision per ModelDeployment, so the effect of each is observable on its
+own. The rule, first match wins:
+
+====  =====================================================  ==========================================
+rule  situation                                              verdict
+====  =====================================================  ==========================================
+R1    autoscaler scales up in panic (a burst)                scale: a budget cannot absorb 2× load
+R2    tuner proposes a change, autoscaler wants to scale up  tune first (instant, free, reversible),
+                                                             unless scale-up has been deferred for
+                                                             ``max_scale_up_deferral_s`` → scale
+R3    tuner proposes a change, no scale-up wanted            tune; a wanted scale-down is dropped
+R4    tuner mid-adjustment (in its cool-down), scale-up      defer, to see whether the change fixed it,
+                                                             unless deferred too long → scale
+R5    tuner mid-adjustment, scale-down                       hold: the metrics still reflect the old
+                                                             budget, so the scale-down may be wrong
+R6    otherwise, the autoscaler wants a change               scale
+R7    nothing wanted                                         none
+====  =====================================================  ==========================================
+
+Why tune first: a preemption storm with KV near full is fixed in seconds by running fewer
+sequences, while a new replica takes minutes to load; idle KV with a queue is fixed by running
+more. If the tuner's change was not enough the queue keeps growing, the autoscaler keeps asking,
+and the deferral bound guarantees the scale-up happens no later than ``max_scale_up_deferral_s``
+after it was first wanted. Scale-down is never urgent, so it always yields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from paged_operator.autoscaler import ScaleDecision
+from paged_operator.budget_tuner import Budgets, TuneDecision
+
+
+class Action(StrEnum):
+    NONE = "None"
+    SCALE = "Scale"
+    TUNE = "Tune"
+
+
+@dataclass(frozen=True)
+class ArbiterSpec:
+    """max_scale_up_deferral_s: longest time (seconds) a wanted scale-up may wait behind budget tuning."""
+
+    max_scale_up_deferral_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        if self.max_scale_up_deferral_s < 0:
+            raise ValueError(f"max_scale_up_deferral_s must be non-negative, got {self.max_scale_up_deferral_s}")
+
+
+@dataclass(frozen=True)
+class ArbiterState:
+    """``up_deferred_since``: when a still-wanted scale-up was first deferred; None when none is waiting."""
+
+    up_deferred_since: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: Action
+    rule: str
+    reason: str
+    replicas: int | None = None
+    budgets: Budgets | None = None
+
+
+def arbitrate(
+    spec: ArbiterSpec,
+    state: ArbiterState,
+    scale: ScaleDecision,
+    tune: TuneDecision,
+    *,
+    tuner_cooling: bool,
+    now: float,
+) -> tuple[Verdict, ArbiterState]:
+    """Pick the one action for this decision. ``tuner_cooling``: the tuner changed budgets within its cool-down."""
+    wants_up, wants_down = scale.change > 0, scale.change < 0
+    since = state.up_deferred_since if wants_up else None
+    if wants_up and since is None:
+        since = now
+    overdue = wants_up and since is not None and now - since >= spec.max_scale_up_deferral_s
+
+    def scale_to(rule: str, why: str) -> tuple[Verdict, ArbiterState]:
+        return Verdict(Action.SCALE, rule, f"{why}: {scale.reason}", replicas=scale.desired), ArbiterState()
+
+    def defer(rule: str, why: str) -> tuple[Verdict, ArbiterState]:
+        waited = now - since if since is not None else 0.0
+        return (
+            Verdict(Action.NONE, rule, f"{why}; scale-up to {scale.desired} deferred {waited:.0f} s"),
+            ArbiterState(since),
+        )
+
+    if wants_up and scale.panic:
+        return scale_to("R1", "burst: scaling up before any budget change")
+    if tune.budgets is not None:
+        if overdue:
+            return scale_to("R2", f"scale-up deferred {spec.max_scale_up_deferral_s:g} s behind budget tuning")
+        verdict = Verdict(Action.TUNE, "R2" if wants_up else "R3", _tune_reason(tune, scale), budgets=tune.budgets)
+        return verdict, ArbiterState(since)
+    if tuner_cooling and wants_up:
+        if overdue:
+            return scale_to("R4", f"budget change did not suffice within {spec.max_scale_up_deferral_s:g} s")
+        return defer("R4", "waiting for the last budget change to take effect")
+    if tuner_cooling and wants_down:
+        return Verdict(
+            Action.NONE, "R5", f"no scale-down while a budget change settles: {scale.reason}"
+        ), ArbiterState()
+    if scale.change != 0:
+        return scale_to("R6", "scaling")
+    return Verdict(Action.NONE, "R7", f"{tune.reason}; {scale.reason}"), ArbiterState()
+
+
+def _tune_reason(tune: TuneDecision, scale: ScaleDecision) -> str:
+    if scale.change > 0:
+        return f"tuning before scaling up to {scale.desired}: {tune.reason}"
+    if scale.change < 0:
+        return f"tuning; scale-down to {scale.desired} dropped: {tune.reason}"
+    return tune.reason
