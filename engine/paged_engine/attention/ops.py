@@ -29,19 +29,40 @@ def load() -> Extension:
 
 
 def _register_fakes() -> None:
-    # The ops only mutate their arguments and return nothing, so the fakes have nothing to compute; they exist so
-    # FakeTensor/meta tracing (torch.compile, opcheck) knows the ops' output without running a kernel.
+    # The ops only mutate their arguments and return nothing, so the fakes compute nothing; they exist so
+    # FakeTensor/meta tracing (torch.compile, opcheck) can run the ops. They do check devices: a mix of real and
+    # meta tensors dispatches here, and must fail as loudly as the real kernels' device checks.
     @torch.library.register_fake("paged::reshape_and_cache")
     def _(key, value, key_cache, value_cache, slot_mapping) -> None:
-        return None
+        _check_same_device(
+            "paged::reshape_and_cache", "key_cache", key_cache, key=key, value=value, slot_mapping=slot_mapping
+        )
 
     @torch.library.register_fake("paged::paged_attention")
     def _(out, query, key_cache, value_cache, block_tables, query_start_loc, seq_lens, scale, window, cap) -> None:
-        return None
+        _check_same_device(
+            "paged::paged_attention",
+            "query",
+            query,
+            out=out,
+            key_cache=key_cache,
+            value_cache=value_cache,
+            block_tables=block_tables,
+            query_start_loc=query_start_loc,
+            seq_lens=seq_lens,
+        )
 
     @torch.library.register_fake("paged::copy_blocks")
     def _(key_caches, value_caches, block_mapping) -> None:
-        return None
+        if key_caches:
+            caches = {f"caches[{i}]": t for i, t in enumerate([*key_caches, *value_caches])}
+            _check_same_device("paged::copy_blocks", "key_caches[0]", key_caches[0], **caches)
+
+
+def _check_same_device(op: str, anchor_name: str, anchor: torch.Tensor, **tensors: torch.Tensor) -> None:
+    for name, tensor in tensors.items():
+        if tensor.device != anchor.device:
+            raise RuntimeError(f"{op}: {name} is on {tensor.device} but {anchor_name} is on {anchor.device}")
 
 
 def reshape_and_cache(
