@@ -33,6 +33,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: dict[int, float] | None = None
+    allowed_token_ids: list[int] | None = None  # when set, only these tokens may be sampled
     max_tokens: int | None = 16  # None: up to the model's context length
     min_tokens: int = 0
     stop: list[str] = field(default_factory=list)
@@ -84,3 +85,22 @@ class SamplingParams:
             for token, bias in self.logit_bias.items():
                 if not -100.0 <= bias <= 100.0:
                     bad("logit_bias", f"logit_bias for token {token} must be in [-100, 100], got {bias}")
+        if self.allowed_token_ids is not None and not self.allowed_token_ids:
+            bad("allowed_token_ids", "allowed_token_ids must not be empty when given")
+
+    def validate_token_ids(self, vocab_size: int) -> None:
+        """Check every token id the request names against the model's vocabulary.
+
+        Separate from ``validate`` because only the engine knows the vocabulary size; call it on admission.
+        """
+        named = {
+            "logit_bias": list(self.logit_bias or ()),
+            "allowed_token_ids": self.allowed_token_ids or [],
+            "stop_token_ids": self.stop_token_ids,
+        }
+        for param, token_ids in named.items():
+            for token_id in token_ids:
+                if not 0 <= token_id < vocab_size:
+                    raise SamplingParamsError(
+                        param, f"{param} names token id {token_id}, outside the vocabulary [0, {vocab_size})"
+                    )

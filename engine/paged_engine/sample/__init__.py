@@ -1,0 +1,15 @@
+"""Batched sampling: metadata built once per step, one sampler call over every sampling row."""
+
+from paged_engine.sample.logprobs import LogprobsTensors, prompt_logprobs
+from paged_engine.sample.metadata import SamplingMetadata, SamplingRow, make_generator
+from paged_engine.sample.sampler import Sampler, SamplerOutput
+
+__all__ = [
+    "LogprobsTensors",
+    "Sampler",
+    "SamplerOutput",
+    "SamplingMetadata",
+    "SamplingRow",
+    "make_generator",
+    "prompt_logprobs",
+]

@@ -1,0 +1,171 @@
+"""Sampler behaviour on fixed logits: greedy, seeds, distributions, truncation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from paged_engine.sample import Sampler, SamplingMetadata, SamplingRow
+from paged_engine.sample.truncation import apply_top_k
+from paged_engine.sampling_params import SamplingParams, SamplingParamsError
+
+VOCAB = 64
+
+
+def rows_for(*params: SamplingParams, prompt=(1, 2, 3)) -> list[SamplingRow]:
+    return [SamplingRow.create(p, list(prompt)) for p in params]
+
+
+def sample(logits: torch.Tensor, rows: list[SamplingRow], eos=(0,)) -> torch.Tensor:
+    metadata = SamplingMetadata.build(rows, vocab_size=logits.shape[1], eos_token_ids=eos)
+    return Sampler()(logits.clone(), metadata).sampled_token_ids
+
+
+def fixed_logits(num_rows: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(num_rows, VOCAB, generator=torch.Generator().manual_seed(seed)) * 3
+
+
+def frequencies(logits_row: torch.Tensor, params: SamplingParams, draws: int) -> torch.Tensor:
+    """Empirical distribution of ``draws`` samples of one row (batched as ``draws`` rows, one seed)."""
+    logits = logits_row.expand(draws, -1).contiguous()
+    rows = [SamplingRow.create(params, [1]) for _ in range(draws)]
+    torch.manual_seed(1234)  # unseeded rows draw from the default generator: fixed so the test never flakes
+    tokens = sample(logits, rows)
+    return torch.bincount(tokens, minlength=logits.shape[1]).float() / draws
+
+
+def chi_square(observed: torch.Tensor, expected: torch.Tensor, draws: int) -> tuple[float, int]:
+    """Chi-square statistic over categories with expected count >= 5, and its degrees of freedom."""
+    counts, exp = observed * draws, expected * draws
+    big = exp >= 5
+    stat = float(
+        (((counts - exp) ** 2) / exp)[big].sum()
+        + ((counts[~big].sum() - exp[~big].sum()) ** 2) / max(float(exp[~big].sum()), 1e-9)
+    )
+    return stat, int(big.sum())
+
+
+def critical(df: int) -> float:
+    """Upper 0.1% point of chi-square(df), Wilson-Hilferty approximation."""
+    z = 3.09
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def test_all_greedy_is_argmax():
+    logits = fixed_logits(5)
+    tokens = sample(logits, rows_for(*[SamplingParams(temperature=0.0)] * 5))
+    assert tokens.tolist() == logits.argmax(dim=-1).tolist()
+
+
+def test_top_k_one_equals_greedy_even_with_temperature():
+    logits = fixed_logits(8)
+    tokens = sample(logits, rows_for(*[SamplingParams(temperature=1.5, top_k=1)] * 8))
+    assert tokens.tolist() == logits.argmax(dim=-1).tolist()
+
+
+def test_top_k_one_through_random_path_equals_greedy():
+    # A batch with a truly random row forces top-k rows through truncation + exponential race.
+    logits = fixed_logits(6)
+    params = [SamplingParams(temperature=1.0, top_k=2)] + [SamplingParams(temperature=0.7, seed=s) for s in range(5)]
+    masked = logits.clone()
+    apply_top_k(masked, torch.ones(6, dtype=torch.int64))
+    assert (masked.isfinite().sum(dim=-1) == 1).all()
+    assert masked.argmax(dim=-1).tolist() == logits.argmax(dim=-1).tolist()
+    top2 = torch.topk(logits[0], 2).indices.tolist()
+    for seed in range(20):
+        torch.manual_seed(seed)
+        assert sample(logits, rows_for(*params))[0].item() in top2
+
+
+def test_seeded_rows_reproduce_regardless_of_batch_composition():
+    logits = fixed_logits(4)
+    seeded = [SamplingParams(temperature=1.0, seed=s) for s in (7, 8, 9)]
+
+    def run(order: list[int], extra: int) -> dict[int, list[int]]:
+        rows = {i: SamplingRow.create(seeded[i], [1]) for i in order}
+        out: dict[int, list[int]] = {i: [] for i in order}
+        for step in range(6):
+            batch = [rows[i] for i in order] + [SamplingRow.create(SamplingParams(temperature=1.0), [1])] * extra
+            batch_logits = torch.stack([logits[(i + step) % 4] for i in order] + [logits[0]] * extra)
+            tokens = sample(batch_logits, batch).tolist()
+            for pos, i in enumerate(order):
+                out[i].append(tokens[pos])
+                rows[i].output_token_ids.append(tokens[pos])
+        return out
+
+    first = run([0, 1, 2], extra=0)
+    assert run([2, 0, 1], extra=3) == first
+    assert run([1, 2, 0], extra=1) == first
+    # Different seeds give different streams (6 draws over a spread distribution).
+    assert len({tuple(v) for v in first.values()}) == 3
+
+
+def test_same_seed_same_tokens_different_seed_differs():
+    logits = torch.zeros(1, VOCAB)
+    a = [sample(logits, rows_for(SamplingParams(seed=3)))[0].item() for _ in range(3)]
+    assert len(set(a)) == 1  # a fresh generator with the same seed draws the same token
+    row = SamplingRow.create(SamplingParams(seed=3), [1])
+    stream = [sample(logits, [row])[0].item() for _ in range(10)]
+    assert stream[0] == a[0] and len(set(stream)) > 1  # the persisted generator advances
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_temperature_distribution(temperature: float):
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+    draws = 6000
+    observed = frequencies(logits, SamplingParams(temperature=temperature), draws)
+    expected = torch.softmax(logits / temperature, dim=-1)
+    stat, df = chi_square(observed, expected, draws)
+    assert stat < critical(df - 1), (observed, expected)
+
+
+def test_top_p_distribution_renormalizes_the_nucleus():
+    logits = torch.log(torch.tensor([0.4, 0.3, 0.15, 0.1, 0.05]))
+    draws = 6000
+    observed = frequencies(logits, SamplingParams(top_p=0.8), draws)
+    # Nucleus: 0.4 + 0.3 = 0.7 < 0.8, adding 0.15 reaches it; the rest are excluded.
+    assert observed[3:].sum() == 0
+    expected = torch.tensor([0.4, 0.3, 0.15, 0.0, 0.0]) / 0.85
+    stat, df = chi_square(observed[:3], expected[:3], draws)
+    assert stat < critical(df - 1)
+
+
+def test_min_p_distribution():
+    logits = torch.log(torch.tensor([0.5, 0.2, 0.12, 0.09, 0.05, 0.04]))
+    draws = 6000
+    observed = frequencies(logits, SamplingParams(min_p=0.2), draws)  # keeps p >= 0.1
+    assert observed[3:].sum() == 0
+    expected = torch.tensor([0.5, 0.2, 0.12]) / 0.82
+    stat, df = chi_square(observed[:3], expected, draws)
+    assert stat < critical(df - 1)
+
+
+def test_top_k_distribution():
+    logits = torch.log(torch.tensor([0.1, 0.4, 0.2, 0.3]))
+    draws = 4000
+    observed = frequencies(logits, SamplingParams(top_k=2), draws)
+    assert observed[0] == 0 and observed[2] == 0
+    assert abs(float(observed[1]) - 4 / 7) < 0.03
+
+
+def test_mixed_batch_keeps_greedy_rows_greedy():
+    logits = fixed_logits(6)
+    params = [SamplingParams(temperature=0.0 if i % 2 else 1.0, seed=i) for i in range(6)]
+    tokens = sample(logits, rows_for(*params))
+    greedy = logits.argmax(dim=-1)
+    assert all(tokens[i] == greedy[i] for i in range(1, 6, 2))
+
+
+def test_logits_shape_mismatch_is_refused():
+    rows = rows_for(SamplingParams())
+    metadata = SamplingMetadata.build(rows, vocab_size=VOCAB)
+    with pytest.raises(ValueError, match=r"shape \(2, 64\) for 1 sampling rows"):
+        Sampler()(torch.zeros(2, VOCAB), metadata)
+
+
+def test_unknown_token_id_is_refused_with_the_limit():
+    rows = rows_for(SamplingParams(logit_bias={VOCAB: 1.0}))
+    with pytest.raises(SamplingParamsError, match=f"token id {VOCAB}.*\\[0, {VOCAB}\\)") as info:
+        SamplingMetadata.build(rows, vocab_size=VOCAB)
+    assert info.value.param == "logit_bias"
