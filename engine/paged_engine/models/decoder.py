@@ -1,0 +1,199 @@
+"""One decoder-only transformer, parameterised by :class:`DecoderSpec`, that every supported architecture uses.
+
+Llama, Mistral, Qwen2, Qwen3 and Gemma 3 differ only in switches (QK-norm, (1+w) norms, norms after attention
+and MLP, embedding scaling, per-layer RoPE bases and sliding windows, biases, activation), so they share this
+code; each architecture module only translates its Hugging Face config into a spec and names its weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from paged_engine.attention.backend import AttentionMetadata
+from paged_engine.models.layers import GatedMLP, PagedAttention, RMSNorm, apply_rope, rope_cos_sin
+
+
+@dataclass
+class DecoderSpec:
+    """Everything the decoder needs to know about one architecture instance."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    rope_inv_freqs: list[torch.Tensor]  # one per distinct RoPE setting
+    layer_rope: list[int]  # per layer: index into rope_inv_freqs
+    sliding_windows: list[int | None]  # per layer: window in tokens, None for full attention
+    attn_scale: float
+    activation: str = "silu"
+    norm_offset: float = 0.0  # 1.0 for Gemma's (1 + w) norms
+    sandwich_norms: bool = False  # norms on the attention and MLP outputs too (Gemma 2/3)
+    qk_norm: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    embed_scale: float | None = None
+    tie_word_embeddings: bool = False
+    attn_logit_softcap: float = 0.0
+    final_logit_softcap: float = 0.0
+    # HF norm module name -> ours, per layer
+    norm_names: dict[str, str] = field(
+        default_factory=lambda: {"input_layernorm": "attn_norm", "post_attention_layernorm": "mlp_norm"}
+    )
+
+    def __post_init__(self) -> None:
+        if len(self.layer_rope) != self.num_layers or len(self.sliding_windows) != self.num_layers:
+            raise ValueError(
+                f"per-layer settings must have num_layers ({self.num_layers}) entries, got "
+                f"{len(self.layer_rope)} RoPE and {len(self.sliding_windows)} window entries"
+            )
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, spec: DecoderSpec, index: int) -> None:
+        super().__init__()
+        self.rope_index = spec.layer_rope[index]
+        self.num_heads, self.num_kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
+        q_size, kv_size = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+        self.split_sizes = [q_size, kv_size, kv_size]
+        self.qkv_proj = nn.Linear(spec.hidden_size, q_size + 2 * kv_size, bias=spec.qkv_bias)
+        self.o_proj = nn.Linear(q_size, spec.hidden_size, bias=spec.o_bias)
+        norm = lambda dim: RMSNorm(dim, spec.rms_norm_eps, spec.norm_offset)  # noqa: E731
+        self.q_norm = norm(spec.head_dim) if spec.qk_norm else None
+        self.k_norm = norm(spec.head_dim) if spec.qk_norm else None
+        self.attn_norm = norm(spec.hidden_size)
+        self.mlp_norm = norm(spec.hidden_size)
+        self.attn_out_norm = norm(spec.hidden_size) if spec.sandwich_norms else None
+        self.mlp_out_norm = norm(spec.hidden_size) if spec.sandwich_norms else None
+        self.attn = PagedAttention(
+            spec.num_heads,
+            spec.num_kv_heads,
+            spec.head_dim,
+            spec.attn_scale,
+            spec.sliding_windows[index],
+            spec.attn_logit_softcap,
+        )
+        self.mlp = GatedMLP(spec.hidden_size, spec.intermediate_size, spec.activation, spec.mlp_bias)
+
+    def forward(self, x: torch.Tensor, rope: list[tuple[torch.Tensor, ...]], meta: AttentionMetadata) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        q, k, v = self.qkv_proj(self.attn_norm(x)).split(self.split_sizes, dim=-1)
+        q = q.view(num_tokens, self.num_heads, self.head_dim)
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = rope[self.rope_index]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        h = self.o_proj(self.attn(q, k.contiguous(), v.contiguous(), meta).view(num_tokens, -1))
+        if self.attn_out_norm is not None:
+            h = self.attn_out_norm(h)
+        x = x + h
+        h = self.mlp(self.mlp_norm(x))
+        if self.mlp_out_norm is not None:
+            h = self.mlp_out_norm(h)
+        return x + h
+
+
+class DecoderForCausalLM(nn.Module):
+    """Token ids and positions in, hidden states out; logits only for the rows the caller asks for."""
+
+    def __init__(self, spec: DecoderSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_layers))
+        self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.norm_offset)
+        self.lm_head = None if spec.tie_word_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        for i, inv_freq in enumerate(spec.rope_inv_freqs):
+            self.register_buffer(f"rope_inv_freq_{i}", inv_freq.clone(), persistent=False)
+        self.requires_grad_(False)
+
+    def reset_buffers(self) -> None:
+        """Recompute non-checkpoint buffers; needed after building on the meta device and ``to_empty()``."""
+        device = self.embed_tokens.weight.device
+        for i, inv_freq in enumerate(self.spec.rope_inv_freqs):
+            self._buffers[f"rope_inv_freq_{i}"] = inv_freq.to(device=device, dtype=torch.float32)
+
+    @property
+    def attention_layers(self) -> list[PagedAttention]:
+        return [layer.attn for layer in self.layers]
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        if self.spec.embed_scale is not None:
+            x = x * torch.tensor(self.spec.embed_scale, dtype=x.dtype)
+        rope = [
+            rope_cos_sin(positions, getattr(self, f"rope_inv_freq_{i}"), x.dtype)
+            for i in range(len(self.spec.rope_inv_freqs))
+        ]
+        for layer in self.layers:
+            x = layer(x, rope, meta)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits ``[rows, vocab]`` in fp32 for already-selected hidden rows (only rows that sample)."""
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(hidden, weight).float()
+        cap = self.spec.final_logit_softcap
+        if cap > 0.0:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    # --- weight loading -------------------------------------------------------------------------------------
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy Hugging Face named tensors into the (fused) parameters; every parameter must be filled once."""
+        params = dict(self.named_parameters())
+        filled: dict[str, int] = {}
+        spec = self.spec
+        q_size, kv_size = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+        shards = {
+            "q_proj": ("qkv_proj", 0, q_size),
+            "k_proj": ("qkv_proj", q_size, kv_size),
+            "v_proj": ("qkv_proj", q_size + kv_size, kv_size),
+            "gate_proj": ("gate_up_proj", 0, spec.intermediate_size),
+            "up_proj": ("gate_up_proj", spec.intermediate_size, spec.intermediate_size),
+        }
+        for hf_name, tensor in weights:
+            name = hf_name.removeprefix("model.")
+            if "rotary_emb." in name or (name == "lm_head.weight" and spec.tie_word_embeddings):
+                continue
+            target, start, size = name, None, None
+            parts = name.split(".")
+            if len(parts) >= 4 and parts[0] == "layers":
+                layer, module, rest = parts[1], parts[2], parts[3:]
+                if module in spec.norm_names:
+                    target = ".".join(["layers", layer, spec.norm_names[module], *rest])
+                elif module in ("self_attn", "mlp"):
+                    leaf = rest[0]
+                    if leaf in shards:
+                        leaf, start, size = shards[leaf]
+                    prefix = ["layers", layer] if module == "self_attn" else ["layers", layer, "mlp"]
+                    target = ".".join([*prefix, leaf, *rest[1:]])
+            param = params.get(target)
+            if param is None:
+                raise ValueError(f"checkpoint tensor {hf_name!r} has no place in {spec.architecture}")
+            dest = param.data if start is None else param.data.narrow(0, start, size)
+            if tuple(dest.shape) != tuple(tensor.shape):
+                raise ValueError(
+                    f"checkpoint tensor {hf_name!r} has shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}"
+                )
+            dest.copy_(tensor)
+            filled[target] = filled.get(target, 0) + 1
+        expected = {name: (3 if "qkv_proj" in name else 2 if "gate_up_proj" in name else 1) for name in params}
+        missing = sorted(name for name, count in expected.items() if filled.get(name, 0) < count)
+        if missing:
+            shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
+            raise ValueError(f"checkpoint is missing {len(missing)} tensors for {spec.architecture}: {shown}")

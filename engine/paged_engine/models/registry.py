@@ -1,0 +1,47 @@
+"""Architecture name (``config.architectures[0]``) -> model builder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from paged_engine.models.decoder import DecoderForCausalLM, DecoderSpec
+from paged_engine.models.gemma3 import gemma3_spec
+from paged_engine.models.llama import llama_family_spec
+
+_SPECS: dict[str, Callable[[Any], DecoderSpec]] = {
+    "LlamaForCausalLM": llama_family_spec,
+    "MistralForCausalLM": llama_family_spec,
+    "Qwen2ForCausalLM": llama_family_spec,
+    "Qwen3ForCausalLM": llama_family_spec,
+    "Gemma3ForCausalLM": gemma3_spec,
+}
+
+
+def supported_architectures() -> list[str]:
+    return sorted(_SPECS)
+
+
+def spec_from_config(config: Any) -> DecoderSpec:
+    """The decoder spec for a transformers config; unknown architectures list the supported ones."""
+    archs = list(getattr(config, "architectures", None) or [])
+    for arch in archs:
+        if arch in _SPECS:
+            config.architectures = [arch]
+            return _SPECS[arch](config)
+    raise ValueError(
+        f"unsupported architecture {archs or '(none given in config.json)'}; "
+        f"supported: {', '.join(supported_architectures())}"
+    )
+
+
+def build_model(config: Any, dtype: torch.dtype, device: torch.device | str = "cpu") -> DecoderForCausalLM:
+    """An uninitialised model (weights allocated, not filled) ready for ``load_weights``."""
+    spec = spec_from_config(config)
+    with torch.device("meta"):
+        model = DecoderForCausalLM(spec)
+    model = model.to(dtype).to_empty(device=device)
+    model.reset_buffers()
+    return model.eval()

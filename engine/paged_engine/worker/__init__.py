@@ -1,0 +1,1 @@
+"""Model execution: persistent input batch, paged KV-cache allocation and the model runner."""

@@ -1,0 +1,144 @@
+"""Turns a :class:`SchedulerOutput` into one forward pass and sampled tokens.
+
+Per step: forget finished/preempted requests, add new ones and append new block ids to the persistent
+:class:`InputBatch`, perform copy-on-write block copies, build flat inputs (token ids, positions, per-group slot
+mappings and block tables, query start locations, sequence lengths) with vectorised numpy, run the model,
+compute logits only for the last row of each request that reaches the end of its known tokens, sample, and
+append the sampled tokens to the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
+from paged_engine.core.outputs import ModelRunnerOutput, SchedulerOutput
+from paged_engine.models.decoder import DecoderForCausalLM
+from paged_engine.worker.input_batch import InputBatch
+from paged_engine.worker.kv_cache import KVCachePlan, allocate_kv_caches
+from paged_engine.worker.sampling import RowSampler
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    metadata: AttentionMetadata
+    req_ids: list[str]
+    logits_indices: torch.Tensor  # flat token rows whose logits are needed
+    sample_rows: np.ndarray  # batch rows of the requests that sample this step
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: DecoderForCausalLM,
+        plan: KVCachePlan,
+        backend: AttentionBackend,
+        sampler: RowSampler,
+        max_num_reqs: int,
+        max_model_len: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.model = model
+        self.plan = plan
+        self.backend = backend
+        self.sampler = sampler
+        self.device = torch.device(device)
+        self.block_size = plan.config.block_size
+        self.kv_caches = allocate_kv_caches(model, plan, dtype, self.device)
+        for layer in model.attention_layers:
+            layer.backend = backend
+        self.batch = InputBatch(max_num_reqs, max_model_len, self.block_size, len(plan.config.groups))
+
+    # --- state updates ------------------------------------------------------------------------------------
+
+    def _update_states(self, out: SchedulerOutput) -> None:
+        for req_id in (*out.finished_req_ids, *out.preempted_req_ids):
+            self.batch.remove_request(req_id)
+        for new in out.new_requests:
+            self.batch.remove_request(new.req_id)  # resumed after preemption: its old state is gone
+            self.batch.add_request(new)
+        for cached in out.cached_requests:
+            row = self.batch.rows.get(cached.req_id)
+            if row is None:
+                raise KeyError(f"scheduler refers to unknown request {cached.req_id!r}")
+            self.batch.append_block_ids(row, cached.new_block_ids)
+            self.batch.num_computed_tokens[row] = cached.num_computed_tokens
+        if out.copy_on_write:
+            mapping = torch.tensor(out.copy_on_write, dtype=torch.int64, device=self.device)
+            self.backend.copy_blocks([k for k, _ in self.kv_caches], [v for _, v in self.kv_caches], mapping)
+
+    def _prepare_inputs(self, out: SchedulerOutput) -> StepInputs:
+        batch = self.batch
+        req_ids = list(out.num_scheduled_tokens)
+        rows = np.fromiter((batch.rows[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
+        q_lens = np.fromiter((out.num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
+        query_start_loc = np.zeros(len(req_ids) + 1, dtype=np.int64)
+        np.cumsum(q_lens, out=query_start_loc[1:])
+        num_tokens = int(query_start_loc[-1])
+        starts = batch.num_computed_tokens[rows]
+        seq_lens = starts + q_lens
+        if np.any(seq_lens > batch.num_tokens[rows]):
+            bad = req_ids[int(np.argmax(seq_lens > batch.num_tokens[rows]))]
+            raise ValueError(f"request {bad!r} is scheduled past its known tokens")
+        token_rows = np.repeat(rows, q_lens)
+        positions = np.repeat(starts - query_start_loc[:-1], q_lens) + np.arange(num_tokens)
+        input_ids = batch.token_ids[token_rows, positions]
+        max_seq_len = int(seq_lens.max())
+        blocks_needed = -(-max_seq_len // self.block_size)
+        block_index, offset = positions // self.block_size, positions % self.block_size
+        slot_mappings, block_tables = [], []
+        for table in batch.block_tables:
+            block_ids = table[token_rows, block_index].astype(np.int64)
+            slots = np.where(block_ids > 0, block_ids * self.block_size + offset, -1)
+            slot_mappings.append(torch.from_numpy(slots).to(self.device))
+            block_tables.append(torch.from_numpy(table[rows, :blocks_needed]).to(self.device))
+        sampling = seq_lens >= batch.num_tokens[rows]
+        metadata = AttentionMetadata(
+            num_tokens=num_tokens,
+            query_start_loc=torch.from_numpy(query_start_loc.astype(np.int32)).to(self.device),
+            seq_lens=torch.from_numpy(seq_lens.astype(np.int32)).to(self.device),
+            max_query_len=int(q_lens.max()),
+            max_seq_len=max_seq_len,
+            block_tables=block_tables,
+            slot_mappings=slot_mappings,
+        )
+        return StepInputs(
+            input_ids=torch.from_numpy(input_ids).to(self.device),
+            positions=torch.from_numpy(positions).to(self.device),
+            metadata=metadata,
+            req_ids=req_ids,
+            logits_indices=torch.from_numpy(query_start_loc[1:][sampling] - 1).to(self.device),
+            sample_rows=rows[sampling],
+        )
+
+    # --- the step -----------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        self._update_states(out)
+        result = ModelRunnerOutput()
+        if not out.num_scheduled_tokens:
+            return result
+        inputs = self._prepare_inputs(out)
+        hidden = self.model(inputs.input_ids, inputs.positions, inputs.metadata)
+        for req_id in inputs.req_ids:
+            result.sampled_token_ids[req_id] = []
+        if len(inputs.sample_rows) == 0:
+            return result
+        logits = self.model.compute_logits(hidden[inputs.logits_indices])
+        states = [self.batch.states[int(row)] for row in inputs.sample_rows]
+        assert all(state is not None for state in states)
+        sampled = self.sampler.sample(logits, states)
+        for i, (row, state) in enumerate(zip(inputs.sample_rows, states, strict=True)):
+            assert state is not None
+            token = int(sampled.token_ids[i])
+            self.batch.append_token(int(row), token)
+            result.sampled_token_ids[state.req_id] = [token]
+            if sampled.logprobs is not None and sampled.logprobs[i] is not None:
+                result.logprobs[state.req_id] = [sampled.logprobs[i]]
+        return result
