@@ -1,0 +1,32 @@
+"""The engine core: requests, block pool, prefix cache, KV-cache manager and scheduler. Pure Python, no torch."""
+
+from .block_pool import BlockPool, KVBlock
+from .engine_output import EngineCoreOutput
+from .kv_cache_manager import ComputedBlocks, KVCacheManager, SlotAllocation
+from .kv_cache_spec import FullAttentionSpec, KVCacheConfig, KVCacheGroup, SlidingWindowSpec
+from .request import FinishReason, Request, RequestStatus
+from .scheduler import RequestValidationError, Scheduler, StepResult
+from .scheduler_config import SchedulerConfig, SchedulerConfigError
+from .stats import SchedulerStats
+
+__all__ = [
+    "BlockPool",
+    "ComputedBlocks",
+    "EngineCoreOutput",
+    "FinishReason",
+    "FullAttentionSpec",
+    "KVBlock",
+    "KVCacheConfig",
+    "KVCacheGroup",
+    "KVCacheManager",
+    "Request",
+    "RequestStatus",
+    "RequestValidationError",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerConfigError",
+    "SchedulerStats",
+    "SlidingWindowSpec",
+    "SlotAllocation",
+    "StepResult",
+]

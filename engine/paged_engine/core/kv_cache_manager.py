@@ -1,0 +1,171 @@
+"""KV-cache manager: prefix lookup, slot allocation, copy-on-write fork and freeing, across all KV-cache groups.
+
+The scheduler talks to this class only; it never sees blocks of a single group. Every call either fully
+succeeds or changes nothing (``allocate_slots`` returns None when the pool cannot satisfy it), so the
+scheduler can try, preempt and retry without cleanup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .block_hash import BlockHasher
+from .block_pool import BlockPool, KVBlock
+from .group_managers import GroupManager, SlidingWindowManager, cdiv, make_group_manager
+from .kv_cache_spec import KVCacheConfig
+from .request import Request
+
+
+@dataclass
+class ComputedBlocks:
+    """A prefix-cache hit: per group the blocks to reuse (null placeholders for out-of-window ones)."""
+
+    blocks: tuple[list[KVBlock], ...]
+    num_tokens: int
+
+
+@dataclass
+class SlotAllocation:
+    """What one ``allocate_slots`` call changed, for the model runner."""
+
+    new_block_ids: tuple[list[int], ...]  # appended to each group's table (null placeholders as block 0)
+    copy_on_write: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) copies before the step
+
+
+class KVCacheManager:
+    def __init__(self, config: KVCacheConfig, enable_caching: bool = True, hash_algorithm: str = "sha256") -> None:
+        if not config.groups:
+            raise ValueError("KVCacheConfig needs at least one KV-cache group")
+        block_size = config.block_size
+        for group in config.groups:
+            if group.spec.block_size != block_size:
+                raise ValueError(
+                    f"all KV-cache groups must share one block size: got {group.spec.block_size} and {block_size}"
+                )
+        self.config = config
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.pool = BlockPool(config.num_blocks, enable_caching)
+        self.groups: list[GroupManager] = [
+            make_group_manager(group.spec, index, self.pool) for index, group in enumerate(config.groups)
+        ]
+        self.block_hasher = BlockHasher(block_size, hash_algorithm) if enable_caching else None
+
+    # ---- capacity ---------------------------------------------------------------------------------------
+    @property
+    def usage(self) -> float:
+        return self.pool.usage
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    def max_blocks_for(self, num_tokens: int, max_chunk_tokens: int, extra_per_group: int = 0) -> int:
+        """Upper bound on the blocks one request of ``num_tokens`` tokens ever holds across all groups, when
+        it computes at most ``max_chunk_tokens`` per step (a sliding-window group only holds its window
+        plus the chunk being written). Used to refuse requests that could never run alone."""
+        total = 0
+        for manager in self.groups:
+            full = cdiv(num_tokens, self.block_size)
+            if isinstance(manager, SlidingWindowManager):
+                window = cdiv(manager.sliding_window - 1 + max_chunk_tokens, self.block_size) + 1
+                full = min(full, window)
+            total += full + extra_per_group
+        return total
+
+    # ---- prefix cache -----------------------------------------------------------------------------------
+    def get_computed_blocks(self, request: Request, max_hit_tokens: int | None = None) -> ComputedBlocks:
+        """Longest prefix of ``request`` cached for every group, block-aligned.
+
+        At most ``request.num_tokens - 1`` tokens hit (or ``max_hit_tokens``): the last token is always
+        computed so the model produces logits for it. Pure: nothing is counted or taken until
+        ``allocate_slots`` accepts the hit.
+        """
+        if not self.enable_caching:
+            return ComputedBlocks(tuple([] for _ in self.groups), 0)
+        limit = request.num_tokens - 1 if max_hit_tokens is None else min(max_hit_tokens, request.num_tokens - 1)
+        num_blocks = max(0, min(limit // self.block_size, len(request.block_hashes)))
+        # Fixed point: each group's hit must be valid for the others' length too; lengths only shrink.
+        while True:
+            hits = [m.find_longest_cache_hit(request.block_hashes, num_blocks) for m in self.groups]
+            shortest = min(len(h) for h in hits)
+            converged = all(len(h) == shortest for h in hits)
+            num_blocks = shortest
+            if converged:
+                break
+        return ComputedBlocks(tuple(hits), num_blocks * self.block_size)
+
+    def cache_blocks(self, request: Request) -> None:
+        """Register the request's newly full and computed blocks (call after the step that computed them)."""
+        if self.enable_caching:
+            for manager in self.groups:
+                manager.cache_blocks(request, request.num_computed_tokens)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.pool.reset_prefix_cache()
+
+    # ---- allocation -------------------------------------------------------------------------------------
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, computed: ComputedBlocks | None = None
+    ) -> SlotAllocation | None:
+        """Make room for ``num_new_tokens`` more tokens after the computed ones (plus a prefix hit).
+
+        Returns None, changing nothing, when the pool cannot supply the blocks. Otherwise frees blocks that
+        fell out of every sliding window, takes the prefix hit, copies a shared block about to be written
+        (copy-on-write) and appends fresh blocks.
+        """
+        if num_new_tokens < 0:
+            raise ValueError(f"num_new_tokens must be non-negative, got {num_new_tokens}")
+        req_id = request.request_id
+        hit_blocks = computed.blocks if computed is not None else self._empty_blocks()
+        num_computed = request.num_computed_tokens + (computed.num_tokens if computed is not None else 0)
+        num_tokens = num_computed + num_new_tokens
+
+        available = self.pool.num_free_blocks
+        needed = 0
+        for manager, hits in zip(self.groups, hit_blocks, strict=True):
+            available += manager.num_freeable_skipped(req_id, num_computed)
+            needed += manager.num_blocks_to_allocate(req_id, num_computed, num_tokens, hits)
+        if needed > available:
+            return None
+
+        for manager in self.groups:
+            manager.remove_skipped_blocks(req_id, num_computed)
+        for manager, hits in zip(self.groups, hit_blocks, strict=True):
+            manager.save_computed_blocks(req_id, hits)
+        copies: list[tuple[int, int]] = []
+        new_ids: list[list[int]] = []
+        for manager in self.groups:
+            pair = manager.copy_on_write(req_id, num_computed, num_tokens)
+            if pair is not None:
+                copies.append(pair)
+            new_ids.append([b.block_id for b in manager.allocate_new_blocks(req_id, num_computed, num_tokens)])
+        if computed is not None and computed.num_tokens:
+            # The runner has never seen the hit blocks either: report them as appended too.
+            new_ids = [[b.block_id for b in hits] + ids for hits, ids in zip(hit_blocks, new_ids, strict=True)]
+        return SlotAllocation(tuple(new_ids), copies)
+
+    def _empty_blocks(self) -> tuple[list[KVBlock], ...]:
+        return tuple([] for _ in self.groups)
+
+    def fork(self, parent_id: str, child_ids: Sequence[str]) -> None:
+        """Give each child a reference to every parent block (partial last block included); the first
+        write into a shared block then copies it (see ``allocate_slots``)."""
+        if len(set(child_ids)) != len(child_ids):
+            raise ValueError(f"child ids must be distinct, got {list(child_ids)}")
+        for manager in self.groups:
+            manager.fork(parent_id, child_ids)
+
+    def free(self, request_id: str) -> None:
+        for manager in self.groups:
+            manager.free(request_id)
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return tuple([b.block_id for b in m.req_to_blocks.get(request_id, ())] for m in self.groups)
+
+    def get_blocks(self, request_id: str) -> tuple[list[KVBlock], ...]:
+        return tuple(list(m.req_to_blocks.get(request_id, ())) for m in self.groups)
+
+    def holds_blocks(self, request_id: str) -> bool:
+        return any(request_id in m.req_to_blocks for m in self.groups)

@@ -1,0 +1,460 @@
+"""The scheduler: each step, hand out a token budget so every request's computed tokens catch up with its tokens.
+
+One step is ``schedule()`` → model runner → ``update_from_output()``:
+
+* Running requests are served first, in queue order. One that cannot get KV blocks preempts others by
+  recompute (the last running under FCFS, the lowest priority under the priority policy; possibly
+  itself): the victim's blocks are freed and it goes back to the front of the waiting queue.
+* Waiting requests are admitted only when nothing was preempted in this step, while the token budget,
+  ``max_num_seqs`` and the pool allow. A new request first reuses the longest cached prefix.
+* Prefill is chunked: a request gets at most the remaining budget per step, and at most
+  ``long_prefill_token_threshold`` tokens when set, so long prompts do not starve decodes.
+
+Parallel sampling (``n > 1``): the parent computes the prompt except its last token once, then is forked
+into ``n`` children ``f"{parent_id}-{i}"`` that share its blocks (copy-on-write). Each child computes the
+last prompt token itself and samples independently. The parent counts as ``n`` running requests from
+admission on, so forking never exceeds ``max_num_seqs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from .engine_output import EngineCoreOutput
+from .kv_cache_manager import KVCacheManager, SlotAllocation
+from .kv_cache_spec import KVCacheConfig
+from .outputs import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
+from .request import Request, RequestStatus
+from .request_queue import make_queue
+from .scheduler_config import SchedulerConfig
+from .stats import SchedulerStats
+
+
+class RequestValidationError(ValueError):
+    """A request cannot be served; ``param`` names the offending value."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class StepResult(NamedTuple):
+    outputs: list[EngineCoreOutput]
+    stats: SchedulerStats
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
+        config.validate()
+        self.config = config
+        self.kv = KVCacheManager(kv_cache_config, config.enable_prefix_caching, config.hash_algorithm)
+        self.requests: dict[str, Request] = {}
+        self.waiting = make_queue(config.policy)
+        self.running: list[Request] = []
+        self._children: dict[str, list[str]] = {}  # fork parent id -> ids of its live children
+        self._reserved_ids: set[str] = set()  # child ids of parents not forked yet
+        self._reserved_seats = 0  # extra seats of running fork parents (n - 1 each)
+        self._sent: set[str] = set()  # requests whose state the model runner holds
+        self._finished_ids: set[str] = set()  # to report in the next SchedulerOutput
+        # Counters of the current step, reported and reset by update_from_output.
+        self._step_preemptions = 0
+        self._step_queries = 0
+        self._step_hits = 0
+
+    # ---- queries ----------------------------------------------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.running) or bool(self.waiting)
+
+    def get_request(self, request_id: str) -> Request | None:
+        return self.requests.get(request_id)
+
+    # ---- budgets ----------------------------------------------------------------------------------------
+    def update_budgets(
+        self,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        long_prefill_token_threshold: int | None = None,
+    ) -> None:
+        """Change budgets live (admin API). All values are validated before any is applied. Lowering
+        ``max_num_seqs`` below the running count preempts nothing; the surplus drains as requests finish."""
+        candidate = {
+            "max_num_seqs": max_num_seqs,
+            "max_num_batched_tokens": max_num_batched_tokens,
+            "long_prefill_token_threshold": long_prefill_token_threshold,
+        }
+        updates = {k: v for k, v in candidate.items() if v is not None}
+        probe = SchedulerConfig(**{**self.config.__dict__, **updates})  # validates
+        for name in updates:
+            setattr(self.config, name, getattr(probe, name))
+
+    # ---- intake -----------------------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        """Queue a request; bad input raises ``RequestValidationError`` and leaves the scheduler unchanged."""
+        self._validate(request)
+        params = request.sampling_params
+        if self.kv.block_hasher is not None:
+            request.attach_block_hasher(self.kv.block_hasher)
+        request.status = RequestStatus.WAITING
+        if request.is_fork_parent and request.num_prompt_tokens == 1:
+            # Nothing to share before the last prompt token: the children start independently.
+            children = [request.fork_child(i) for i in range(params.n)]
+            self._children[request.request_id] = [c.request_id for c in children]
+            for child in children:
+                child.status = RequestStatus.WAITING
+                self.requests[child.request_id] = child
+                self.waiting.add(child)
+            return
+        if request.is_fork_parent:
+            self._reserved_ids.update(self._child_ids(request))
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
+    @staticmethod
+    def _child_ids(request: Request) -> list[str]:
+        return [f"{request.request_id}-{i}" for i in range(request.sampling_params.n)]
+
+    def _id_taken(self, request_id: str) -> bool:
+        return request_id in self.requests or request_id in self._reserved_ids or request_id in self._children
+
+    def _validate(self, request: Request) -> None:
+        cfg = self.config
+        rid = request.request_id
+        if self._id_taken(rid):
+            raise RequestValidationError("request_id", f"request id {rid!r} is already in use")
+        if request.is_fork_parent and any(self._id_taken(c) for c in self._child_ids(request)):
+            raise RequestValidationError("request_id", f'child ids of {rid!r} ("{rid}-<i>") are already in use')
+        num_prompt = request.num_prompt_tokens
+        if num_prompt == 0:
+            raise RequestValidationError("prompt", f"request {rid!r}: the prompt must contain at least one token")
+        if request.num_output_tokens != 0 or request.num_computed_tokens != 0:
+            raise RequestValidationError("request", f"request {rid!r} was already scheduled once")
+        if num_prompt > cfg.max_model_len:
+            raise RequestValidationError(
+                "prompt",
+                f"request {rid!r}: prompt of {num_prompt} tokens is longer than max_model_len={cfg.max_model_len}",
+            )
+        params = request.sampling_params
+        if params.max_tokens is not None and params.max_tokens < 1:
+            raise RequestValidationError("max_tokens", f"max_tokens must be at least 1, got {params.max_tokens}")
+        if params.n > cfg.max_num_seqs:
+            raise RequestValidationError("n", f"n={params.n} exceeds max_num_seqs={cfg.max_num_seqs}")
+        max_tokens = cfg.max_model_len if params.max_tokens is None else params.max_tokens
+        total = min(num_prompt + max_tokens, cfg.max_model_len)
+        kv_tokens = max(num_prompt, total - 1)  # the last sampled token is never fed back
+        chunk = cfg.max_num_batched_tokens
+        if cfg.long_prefill_token_threshold:
+            chunk = min(chunk, cfg.long_prefill_token_threshold)
+        needed = self.kv.max_blocks_for(kv_tokens, chunk, extra_per_group=1 if params.n > 1 else 0)
+        usable = self.kv.pool.num_usable_blocks
+        if needed > usable:
+            raise RequestValidationError(
+                "prompt",
+                f"request {rid!r} needs up to {needed} KV blocks ({kv_tokens} tokens) but the pool has only "
+                f"{usable}; shorten the prompt or max_tokens",
+            )
+
+    # ---- one step ---------------------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_num_batched_tokens
+        scheduled: dict[str, int] = {}
+        allocations: dict[str, SlotAllocation] = {}
+        preempted: list[Request] = []
+
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            num_new = self._num_new_tokens(request, request.num_computed_tokens, budget)
+            if num_new <= 0:
+                index += 1
+                continue
+            allocation = self.kv.allocate_slots(request, num_new)
+            while allocation is None:
+                victim = self._pick_victim()
+                victim_index = self.running.index(victim)
+                if victim.request_id in scheduled:  # only under the priority policy
+                    budget += scheduled.pop(victim.request_id)
+                    allocations.pop(victim.request_id)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+                if victim_index < index:
+                    index -= 1
+                allocation = self.kv.allocate_slots(request, num_new)
+            if allocation is None:
+                continue  # the request preempted itself; ``index`` now points at its successor
+            scheduled[request.request_id] = num_new
+            allocations[request.request_id] = allocation
+            budget -= num_new
+            index += 1
+
+        if not preempted:
+            budget = self._admit_waiting(budget, scheduled, allocations)
+        return self._build_output(scheduled, allocations, preempted)
+
+    def _admit_waiting(self, budget: int, scheduled: dict[str, int], allocations: dict[str, SlotAllocation]) -> int:
+        max_seqs = self.config.max_num_seqs
+        while self.waiting and budget > 0:
+            request = self.waiting.peek()
+            seats = request.sampling_params.n if request.is_fork_parent else 1
+            if len(self.running) + self._reserved_seats + seats > max_seqs:
+                break
+            computed = None
+            num_computed = request.num_computed_tokens
+            if self.kv.enable_caching and not self.kv.holds_blocks(request.request_id):
+                computed = self.kv.get_computed_blocks(request, max_hit_tokens=request.schedule_target - 1)
+                num_computed += computed.num_tokens
+            num_new = self._num_new_tokens(request, num_computed, budget)
+            allocation = self.kv.allocate_slots(request, num_new, computed)
+            if allocation is None:
+                break
+            self.waiting.pop()
+            if computed is not None:
+                self._step_queries += request.num_tokens
+                self._step_hits += computed.num_tokens
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = num_computed
+            request.num_computed_tokens = num_computed
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            self._reserved_seats += seats - 1
+            scheduled[request.request_id] = num_new
+            allocations[request.request_id] = allocation
+            budget -= num_new
+        return budget
+
+    def _num_new_tokens(self, request: Request, num_computed: int, budget: int) -> int:
+        num_new = request.schedule_target - num_computed
+        threshold = self.config.long_prefill_token_threshold
+        if threshold:
+            num_new = min(num_new, threshold)
+        return min(num_new, budget)
+
+    def _pick_victim(self) -> Request:
+        if self.config.policy == "priority":
+            return max(reversed(self.running), key=Request.sort_key)
+        return self.running[-1]
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        if request.is_fork_parent:
+            self._reserved_seats -= request.sampling_params.n - 1
+        self.kv.free(request.request_id)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.prepend(request)
+        self._step_preemptions += 1
+
+    def _build_output(
+        self, scheduled: dict[str, int], allocations: dict[str, SlotAllocation], preempted: list[Request]
+    ) -> SchedulerOutput:
+        out = SchedulerOutput()
+        for req_id, num_new in scheduled.items():
+            request = self.requests[req_id]
+            allocation = allocations[req_id]
+            if req_id in self._sent:
+                if allocation.copy_on_write:
+                    raise RuntimeError(f"copy-on-write for {req_id!r}, whose block table the runner already holds")
+                out.cached_requests.append(
+                    CachedRequestData(req_id, allocation.new_block_ids, request.num_computed_tokens)
+                )
+            else:
+                out.new_requests.append(
+                    NewRequestData(
+                        req_id,
+                        request.prompt_token_ids,
+                        request.output_token_ids,
+                        request.sampling_params,
+                        self.kv.get_block_ids(req_id),
+                        request.num_computed_tokens,
+                    )
+                )
+                self._sent.add(req_id)
+            out.copy_on_write.extend(allocation.copy_on_write)
+            request.num_computed_tokens += num_new
+        out.num_scheduled_tokens = scheduled
+        out.total_num_scheduled_tokens = sum(scheduled.values())
+        for request in preempted:
+            if request.request_id in self._sent:
+                self._sent.discard(request.request_id)
+                out.preempted_req_ids.add(request.request_id)
+        out.finished_req_ids, self._finished_ids = self._finished_ids, set()
+        return out
+
+    # ---- results ----------------------------------------------------------------------------------------
+    def update_from_output(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> StepResult:
+        """Append sampled tokens, apply stop conditions, free finished requests, fork parents whose prompt is
+        computed. Requests aborted or preempted since ``scheduler_output`` was made are skipped."""
+        outputs: list[EngineCoreOutput] = []
+        num_prompt_tokens = 0
+        num_generated = 0
+        finished = False
+        for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():
+            request = self.requests.get(req_id)
+            if request is None or request.status is not RequestStatus.RUNNING:
+                continue
+            start = request.num_computed_tokens - num_scheduled
+            num_prompt_tokens += max(0, min(request.num_computed_tokens, request.num_prompt_tokens) - start)
+            self.kv.cache_blocks(request)
+            if request.is_fork_parent:
+                if request.num_computed_tokens >= request.schedule_target:
+                    self._fork(request)
+                continue
+            sampled = runner_output.sampled_token_ids.get(req_id, ())
+            prompt_logprobs = runner_output.prompt_logprobs.get(req_id, [])
+            if not sampled and not prompt_logprobs:
+                continue
+            if sampled and request.num_computed_tokens < request.num_tokens:
+                raise ValueError(
+                    f"runner sampled for {req_id!r} mid-prefill ({request.num_computed_tokens} of "
+                    f"{request.num_tokens} tokens computed)"
+                )
+            new_tokens = self._append_tokens(request, sampled)
+            num_generated += len(new_tokens)
+            outputs.append(self._make_output(request, new_tokens, runner_output, prompt_logprobs))
+            if request.is_finished:
+                self._release(request)
+                finished = True
+        if finished:
+            self.running = [r for r in self.running if not r.is_finished]
+        return StepResult(outputs, self._take_stats(scheduler_output, num_prompt_tokens, num_generated))
+
+    def _append_tokens(self, request: Request, sampled: Iterable[int]) -> list[int]:
+        new_tokens = []
+        for token in sampled:
+            request.append_output_token(token)
+            new_tokens.append(token)
+            if self._check_stop(request):
+                break
+        return new_tokens
+
+    def _check_stop(self, request: Request) -> bool:
+        """EOS (unless ignore_eos) and stop tokens end a request once min_tokens are out; then the length
+        limits (max_tokens, max_model_len)."""
+        params = request.sampling_params
+        token = request.all_token_ids[-1]
+        if request.num_output_tokens >= params.min_tokens:
+            is_eos = not params.ignore_eos and token == request.eos_token_id
+            if is_eos or token in params.stop_token_ids:
+                request.status = RequestStatus.FINISHED_STOPPED
+                request.stop_token_id = token
+                return True
+        max_tokens = params.max_tokens
+        if (max_tokens is not None and request.num_output_tokens >= max_tokens) or (
+            request.num_tokens >= self.config.max_model_len
+        ):
+            request.status = RequestStatus.FINISHED_LENGTH
+            return True
+        return False
+
+    def _make_output(
+        self, request: Request, new_tokens: list[int], runner_output: ModelRunnerOutput, prompt_logprobs: list
+    ) -> EngineCoreOutput:
+        return EngineCoreOutput(
+            req_id=request.request_id,
+            new_token_ids=new_tokens,
+            finish_reason=request.finish_reason,
+            stop_token_id=request.stop_token_id,
+            num_cached_tokens=max(0, request.num_cached_tokens),
+            logprobs=runner_output.logprobs.get(request.request_id, []),
+            prompt_logprobs=prompt_logprobs,
+            parent_req_id=request.parent_request_id,
+            index=request.index,
+        )
+
+    def _fork(self, parent: Request) -> None:
+        children = [parent.fork_child(i) for i in range(parent.sampling_params.n)]
+        child_ids = [c.request_id for c in children]
+        self.kv.fork(parent.request_id, child_ids)
+        self.kv.free(parent.request_id)
+        parent.status = RequestStatus.FORKED
+        position = self.running.index(parent)
+        self.running[position : position + 1] = children
+        self._reserved_seats -= len(children) - 1
+        self._reserved_ids.difference_update(child_ids)
+        del self.requests[parent.request_id]
+        for child in children:
+            self.requests[child.request_id] = child
+        self._children[parent.request_id] = child_ids
+        self._forget_in_runner(parent.request_id)
+
+    def _release(self, request: Request) -> None:
+        """Free a finished request's blocks and forget it; the runner hears of it in the next step."""
+        self.kv.free(request.request_id)
+        del self.requests[request.request_id]
+        self._forget_in_runner(request.request_id)
+        parent_id = request.parent_request_id
+        if parent_id is not None and parent_id in self._children:
+            siblings = self._children[parent_id]
+            siblings.remove(request.request_id)
+            if not siblings:
+                del self._children[parent_id]
+
+    def _forget_in_runner(self, request_id: str) -> None:
+        if request_id in self._sent:
+            self._sent.discard(request_id)
+            self._finished_ids.add(request_id)
+
+    def abort(self, request_ids: Iterable[str]) -> list[EngineCoreOutput]:
+        """Abort requests (a fork parent's id aborts all its children); unknown or finished ids are ignored,
+        since a request may finish while its abort is in flight."""
+        outputs = []
+        for rid in request_ids:
+            targets = [rid] if rid in self.requests else []
+            targets += list(self._children.get(rid, ()))
+            for target in targets:
+                request = self.requests[target]
+                if request.status is RequestStatus.RUNNING:
+                    self.running.remove(request)
+                    if request.is_fork_parent:
+                        self._reserved_seats -= request.sampling_params.n - 1
+                else:
+                    self.waiting.remove(request)
+                if request.is_fork_parent:
+                    self._reserved_ids.difference_update(self._child_ids(request))
+                request.status = RequestStatus.FINISHED_ABORTED
+                self._release(request)
+                outputs.append(
+                    EngineCoreOutput(
+                        req_id=target,
+                        new_token_ids=[],
+                        finish_reason=request.finish_reason,
+                        num_cached_tokens=max(0, request.num_cached_tokens),
+                        parent_req_id=request.parent_request_id,
+                        index=request.index,
+                    )
+                )
+        return outputs
+
+    # ---- stats ------------------------------------------------------------------------------------------
+    def _take_stats(
+        self, scheduler_output: SchedulerOutput, num_prompt_tokens: int, num_generated: int
+    ) -> SchedulerStats:
+        stats = SchedulerStats(
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            kv_cache_usage=self.kv.usage,
+            num_preemptions=self._step_preemptions,
+            prefix_cache_queries=self._step_queries,
+            prefix_cache_hits=self._step_hits,
+            num_scheduled_tokens=scheduler_output.total_num_scheduled_tokens,
+            num_prompt_tokens=num_prompt_tokens,
+            num_generation_tokens=num_generated,
+            max_num_seqs=self.config.max_num_seqs,
+            max_num_batched_tokens=self.config.max_num_batched_tokens,
+        )
+        self._step_preemptions = self._step_queries = self._step_hits = 0
+        return stats
+
+    def reset_prefix_cache(self) -> bool:
+        return self.kv.reset_prefix_cache()
