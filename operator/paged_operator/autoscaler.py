@@ -17,7 +17,10 @@ signal with a tolerance band and asymmetric stabilisation windows, and Knative's
   minimum); a scale-down takes the largest recommendation of the long down-window. Fast up, slow
   down, and a load oscillating faster than the down-window never scales down.
 * **Panic.** When the mean demand over the short panic window reaches ``panic_threshold`` ×
-  capacity, the up-window is skipped and scale-down is blocked for ``panic_hold_s``.
+  capacity, the up-window is skipped and scale-down is blocked for ``panic_hold_s``. Only load
+  signals (KV usage, queue, TTFT) count as a burst: preemptions measure contention inside a
+  replica, which a smaller ``max_num_seqs`` fixes in seconds (the budget tuner's job), so they
+  scale up through the normal, stabilised path.
 * **Limits.** At most ``max_step_up`` / ``max_step_down`` replicas per decision, then a clamp to
   ``[min_replicas, max_replicas]`` which always wins (a lowered ``max_replicas`` applies at once).
 """
@@ -31,6 +34,8 @@ from enum import StrEnum
 from paged_operator.metrics import FleetView
 
 _EPS = 1e-9
+#: Signals that measure load arriving (a burst); preemptions are left out (see the module docstring).
+BURST_SIGNALS = frozenset({"kv_cache_usage", "waiting_per_replica", "ttft_p95_seconds"})
 
 
 class ScalingLimit(StrEnum):
@@ -44,8 +49,9 @@ class ScalingLimit(StrEnum):
 class AutoscalingPolicySpec:
     """Autoscaler knobs. Times in seconds, rates per second per replica, utilisation as a 0–1 ratio.
 
-    min_replicas / max_replicas: hard bounds on the replica count (min ≥ 1: with zero pods there
-        are no metrics to scale back up from).
+    min_replicas / max_replicas: hard bounds on the replica count. With min 0 the fleet may scale to
+        zero, but zero pods report no metrics: waking it up needs a signal from outside this policy
+        (the controller scaling to 1 on traffic); here a fleet at zero stays at zero.
     target_kv_usage: KV-cache utilisation (used blocks / total) one replica should run at.
     target_waiting_per_replica: requests queued in one engine's scheduler that are acceptable.
     target_preemption_rate: recompute preemptions per second per replica that are acceptable.
@@ -78,10 +84,12 @@ class AutoscalingPolicySpec:
     dry_run: bool = False
 
     def __post_init__(self) -> None:
-        if self.min_replicas < 1:
-            raise ValueError(f"min_replicas must be at least 1, got {self.min_replicas}")
-        if self.max_replicas < self.min_replicas:
-            raise ValueError(f"max_replicas ({self.max_replicas}) must be at least min_replicas ({self.min_replicas})")
+        if self.min_replicas < 0:
+            raise ValueError(f"min_replicas must be non-negative, got {self.min_replicas}")
+        if self.max_replicas < max(1, self.min_replicas):
+            raise ValueError(
+                f"max_replicas ({self.max_replicas}) must be at least 1 and at least min_replicas ({self.min_replicas})"
+            )
         if not 0.0 < self.target_kv_usage <= 1.0:
             raise ValueError(f"target_kv_usage must be in (0, 1], got {self.target_kv_usage}")
         for name in ("target_waiting_per_replica", "target_preemption_rate", "panic_window_s"):
@@ -112,10 +120,12 @@ class AutoscalingPolicySpec:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """One past evaluation: ``demand`` in replicas (unrounded) and the clamped replica count it asked for."""
+    """One past evaluation: demand in replicas (unrounded; ``burst_demand`` from load signals only) and the
+    clamped replica count it asked for."""
 
     time: float
     demand: float
+    burst_demand: float
     replicas: int
 
 
@@ -169,12 +179,12 @@ class ScaleDecision:
 def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int) -> tuple[Signal, ...]:
     """Per-signal demand in replicas on ``ready`` replicas; signals without data yet (rates, TTFT) are left out."""
     readings: list[tuple[str, float | None, float]] = [
-        ("kv_usage", view.kv_usage_mean, spec.target_kv_usage),
+        ("kv_cache_usage", view.kv_usage_mean, spec.target_kv_usage),
         ("waiting_per_replica", view.waiting_per_replica, spec.target_waiting_per_replica),
-        ("preemptions_per_s", view.preemption_rate_per_replica, spec.target_preemption_rate),
+        ("preemption_rate", view.preemption_rate_per_replica, spec.target_preemption_rate),
     ]
     if spec.ttft_p95_slo_s is not None:
-        readings.append(("ttft_p95_s", view.ttft_p95_s, spec.ttft_p95_slo_s))
+        readings.append(("ttft_p95_seconds", view.ttft_p95_s, spec.ttft_p95_slo_s))
     return tuple(
         Signal(name, value, target, ready * value / target) for name, value, target in readings if value is not None
     )
@@ -223,13 +233,17 @@ def decide(
     signals = compute_signals(spec, view, ready)
     top = max(signals, key=lambda s: s.demand)
     raw = spec.clamp(_replicas_for(top.demand, capacity, spec.tolerance))
-    history = (*(r for r in state.history if r.time > now - spec.history_s), Recommendation(now, top.demand, raw))
+    burst_demand = max((s.demand for s in signals if s.name in BURST_SIGNALS), default=0.0)
+    history = (
+        *(r for r in state.history if r.time > now - spec.history_s),
+        Recommendation(now, top.demand, burst_demand, raw),
+    )
 
     def within(window_s: float) -> list[Recommendation]:
         return [r for r in history if r.time > now - window_s] or [history[-1]]
 
     recent = within(spec.panic_window_s)
-    burst = sum(r.demand for r in recent) / len(recent) >= spec.panic_threshold * capacity
+    burst = sum(r.burst_demand for r in recent) / len(recent) >= spec.panic_threshold * capacity
     if burst:
         panic_until = now + spec.panic_hold_s
     panic = panic_until is not None

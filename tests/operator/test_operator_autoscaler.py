@@ -44,24 +44,24 @@ def run(spec: AutoscalingPolicySpec, loads: list[dict], *, ready: int, starting:
 def test_reason_names_the_winning_signal() -> None:
     (d,) = run(SPEC, [{"kv": 0.93}], ready=3)
     assert d.desired == 4
-    assert d.reason.startswith("kv_usage 0.93 > target 0.75 on 3 replicas → 4")
-    assert {s.name for s in d.signals} == {"kv_usage", "waiting_per_replica", "preemptions_per_s"}
+    assert d.reason.startswith("kv_cache_usage 0.93 > target 0.75 on 3 replicas → 4")
+    assert {s.name for s in d.signals} == {"kv_cache_usage", "waiting_per_replica", "preemption_rate"}
 
 
 def test_largest_demand_wins() -> None:
     (d,) = run(SPEC, [{"kv": 0.8, "waiting": 12, "preempt": 0.1}], ready=2)
     assert d.desired == 6 and d.reason.startswith("waiting_per_replica 12 > target 4 on 2 replicas → 6")
     (d,) = run(SPEC, [{"kv": 0.8, "waiting": 0, "preempt": 1.5}], ready=2)
-    assert d.desired == 6 and d.reason.startswith("preemptions_per_s")
+    assert d.desired == 6 and d.reason.startswith("preemption_rate")
 
 
 def test_ttft_signal_only_with_an_slo() -> None:
     spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "ttft_p95_slo_s": 0.5})
     signals = compute_signals(spec, view(ready=2, ttft=1.5), ready=2)
-    assert [s.demand for s in signals if s.name == "ttft_p95_s"] == [pytest.approx(6.0)]
-    assert "ttft_p95_s" not in {s.name for s in compute_signals(SPEC, view(ready=2, ttft=1.5), ready=2)}
+    assert [s.demand for s in signals if s.name == "ttft_p95_seconds"] == [pytest.approx(6.0)]
+    assert "ttft_p95_seconds" not in {s.name for s in compute_signals(SPEC, view(ready=2, ttft=1.5), ready=2)}
     # A rate not known yet (first sample) is left out rather than read as zero.
-    assert "preemptions_per_s" not in {s.name for s in compute_signals(SPEC, view(preempt=None), ready=2)}
+    assert "preemption_rate" not in {s.name for s in compute_signals(SPEC, view(preempt=None), ready=2)}
 
 
 def test_tolerance_band_keeps_current() -> None:
@@ -96,6 +96,14 @@ def test_at_min_is_reported() -> None:
     assert all(d.desired == 1 and d.limited is ScalingLimit.AT_MIN for d in ds)
 
 
+def test_min_zero_scales_to_zero_and_stays_there() -> None:
+    spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "min_replicas": 0})
+    ds = run(spec, [{"kv": 0.0}] * 14, ready=1)
+    assert ds[-1].desired == 0 and "kv_cache_usage 0 < target 0.75 on 1 replicas → 0" in ds[-1].reason
+    d, _ = decide(spec, AutoscalerState(), None, ready=0, starting=0, now=0)
+    assert d.desired == 0 and "no ready replicas" in d.reason
+
+
 def test_clamp_wins_over_step_when_bounds_change() -> None:
     spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "max_replicas": 3})
     (d,) = run(spec, [{"kv": 0.75}], ready=8)
@@ -110,6 +118,14 @@ def test_panic_on_burst_scales_without_waiting_and_blocks_scale_down() -> None:
     hold = [d for d in ds[4:] if d.panic]
     assert hold and all(d.desired >= d.current for d in hold)
     assert not ds[-1].panic and ds[-1].desired == 1  # after panic_hold_s the down-window (0 s) lets it go
+
+
+def test_preemptions_alone_do_not_panic() -> None:
+    """A preemption storm is the tuner's to fix first: it scales only through the stabilised path."""
+    spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "stabilization_window_up_s": 30})
+    ds = run(spec, [{"kv": 0.9, "preempt": 5.0}] * 8, ready=2)  # demand 20 replicas = 10x capacity
+    assert not any(d.panic for d in ds)
+    assert [d.desired for d in ds[:6]] == [2] * 6 and ds[6].desired == 6
 
 
 def test_starting_pods_are_credited() -> None:
@@ -146,8 +162,8 @@ def test_dry_run_is_marked() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [
-        ("min_replicas", 0, "min_replicas must be at least 1, got 0"),
-        ("max_replicas", 0, r"max_replicas \(0\) must be at least min_replicas \(1\)"),
+        ("min_replicas", -1, "min_replicas must be non-negative, got -1"),
+        ("max_replicas", 0, r"max_replicas \(0\) must be at least 1 and at least min_replicas \(1\)"),
         ("target_kv_usage", 1.2, r"target_kv_usage must be in \(0, 1\], got 1.2"),
         ("target_waiting_per_replica", 0, "target_waiting_per_replica must be positive, got 0"),
         ("ttft_p95_slo_s", -1.0, "ttft_p95_slo_s must be positive when set, got -1.0"),
@@ -171,7 +187,7 @@ def test_bad_counts_rejected() -> None:
 
 specs = st.builds(
     AutoscalingPolicySpec,
-    min_replicas=st.integers(1, 3),
+    min_replicas=st.integers(0, 3),
     max_replicas=st.integers(3, 20),
     stabilization_window_up_s=st.sampled_from([0.0, 15.0, 30.0]),
     stabilization_window_down_s=st.sampled_from([0.0, 60.0, 300.0]),

@@ -1,0 +1,206 @@
+"""One autoscaling/tuning decision for one ModelDeployment, as a pure function.
+
+The kopf timer stays thin: it scrapes (``scrape``), calls ``decide`` with the observation and the
+state it kept from last time, performs the plan (patch the Deployment's replicas, write the budgets
+to the ConfigMap and push them to pods through the admin API, set status conditions) and keeps the
+returned state. Everything that can be wrong about *what* to do is here and unit-tested; the
+handler only has to get *doing* it right.
+
+Pipeline: samples → ``SampleWindow`` → ``FleetView`` → autoscaler and tuner proposals → arbiter →
+``Plan``. Each policy's state advances only as far as reality did: the autoscaler always records
+what it saw (its windows are about observations), the tuner commits a change only when the arbiter
+chose it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from paged_operator import autoscaler, budget_tuner
+from paged_operator.arbiter import Action, ArbiterSpec, ArbiterState, Verdict, arbitrate
+from paged_operator.autoscaler import AutoscalerState, AutoscalingPolicySpec, ScaleDecision
+from paged_operator.budget_tuner import Budgets, BudgetSpec, TuneDecision, TunerState
+from paged_operator.metrics import EngineSample, FleetView, SampleWindow, fleet_view, is_degraded
+
+
+@dataclass(frozen=True)
+class ControllerSpec:
+    """Everything one deployment's decisions depend on.
+
+    autoscaling: None disables the autoscaler (the replica count is left to the user's spec).
+    budget: None disables the budget tuner.
+    rate_window_s: window (seconds) for counter rates and latency quantiles.
+    min_reporting_fraction: share of ready pods that must answer a scrape; below it the deployment is
+        ``Degraded`` and the autoscaler does not scale down.
+    """
+
+    autoscaling: AutoscalingPolicySpec | None
+    budget: BudgetSpec | None
+    arbiter: ArbiterSpec = field(default_factory=ArbiterSpec)
+    rate_window_s: float = 30.0
+    min_reporting_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.rate_window_s > 0:
+            raise ValueError(f"rate_window_s must be positive, got {self.rate_window_s}")
+        if not 0.0 < self.min_reporting_fraction <= 1.0:
+            raise ValueError(f"min_reporting_fraction must be in (0, 1], got {self.min_reporting_fraction}")
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    """State carried between decisions; ``initial_state`` builds the first one."""
+
+    window: SampleWindow
+    autoscaler: AutoscalerState
+    tuner: TunerState | None
+    arbiter: ArbiterState
+
+
+def initial_state(spec: ControllerSpec, budgets: Budgets | None) -> ControllerState:
+    """First state. ``budgets``: the budgets pods start with (from the ConfigMap); needed when the tuner is on."""
+    if spec.budget is not None and budgets is None:
+        raise ValueError("the budget tuner needs the starting budgets (max_num_seqs, max_num_batched_tokens)")
+    tuner = budget_tuner.initial_state(spec.budget, budgets) if spec.budget is not None and budgets else None
+    return ControllerState(
+        window=SampleWindow(horizon_s=spec.rate_window_s),
+        autoscaler=AutoscalerState(),
+        tuner=tuner,
+        arbiter=ArbiterState(),
+    )
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One scrape round: who is ready, who is starting, what answered and what did not (pod → error)."""
+
+    time: float
+    ready_pods: tuple[str, ...]
+    starting: int
+    samples: tuple[EngineSample, ...]
+    failures: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A status condition in Kubernetes' shape (``status`` is "True"/"False")."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the handler must do now.
+
+    replicas: new Deployment replica count, or None to leave it.
+    budgets: new budgets to write to the ConfigMap, or None.
+    push_budgets_to: pods whose engines must receive ``target_budgets`` through the admin API: every
+        ready pod after a change, otherwise the pods that report different budgets (started from an
+        older ConfigMap, or an earlier push failed).
+    """
+
+    replicas: int | None
+    budgets: Budgets | None
+    target_budgets: Budgets | None
+    push_budgets_to: tuple[str, ...]
+    verdict: Verdict
+    scale: ScaleDecision | None
+    tune: TuneDecision | None
+    view: FleetView | None
+    conditions: tuple[Condition, ...]
+
+
+_HOLD = TuneDecision(None, "budget tuner disabled")
+
+
+def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tuple[Plan, ControllerState]:
+    """Run the whole decision for one observation; returns the plan and the state to keep."""
+    ready = len(obs.ready_pods)
+    ready_set = set(obs.ready_pods)
+    samples = tuple(s for s in obs.samples if s.pod in ready_set)
+    window = state.window.add(samples, obs.time)
+    view = fleet_view(
+        window,
+        samples,
+        ready=ready,
+        now=obs.time,
+        rate_window_s=spec.rate_window_s,
+        min_reporting_fraction=spec.min_reporting_fraction,
+    )
+
+    scale: ScaleDecision | None = None
+    scaler_state = state.autoscaler
+    if spec.autoscaling is not None:
+        scale, scaler_state = autoscaler.decide(
+            spec.autoscaling, state.autoscaler, view, ready=ready, starting=obs.starting, now=obs.time
+        )
+    capacity = ready + obs.starting
+    hold = ScaleDecision(desired=capacity, current=capacity, reason="autoscaling disabled")
+    competing = scale if scale is not None and not scale.dry_run else hold
+
+    tune = _HOLD
+    cooling = False
+    if spec.budget is not None and state.tuner is not None:
+        tune = budget_tuner.decide(spec.budget, state.tuner, view, obs.time)
+        cooling = state.tuner.cooldown_left(spec.budget, obs.time) > 0
+    verdict, arbiter_state = arbitrate(
+        spec.arbiter, state.arbiter, competing, tune, tuner_cooling=cooling, now=obs.time
+    )
+
+    tuner_state = state.tuner
+    if verdict.action is Action.TUNE and spec.budget is not None and tuner_state is not None:
+        tuner_state = budget_tuner.applied(spec.budget, tuner_state, tune, obs.time)
+    target = tuner_state.budgets if tuner_state is not None else None
+    if verdict.action is Action.TUNE:
+        push = obs.ready_pods
+    elif target is not None and view is not None:
+        push = tuple(
+            pod
+            for pod, (seqs, tokens) in sorted(view.budgets.items())
+            if (seqs, tokens) != (target.max_num_seqs, target.max_num_batched_tokens)
+        )
+    else:
+        push = ()
+
+    plan = Plan(
+        replicas=verdict.replicas if verdict.action is Action.SCALE else None,
+        budgets=verdict.budgets if verdict.action is Action.TUNE else None,
+        target_budgets=target,
+        push_budgets_to=push,
+        verdict=verdict,
+        scale=scale,
+        tune=tune if spec.budget is not None else None,
+        view=view,
+        conditions=_conditions(spec, obs, view, scale),
+    )
+    new_state = replace(state, window=window, autoscaler=scaler_state, tuner=tuner_state, arbiter=arbiter_state)
+    return plan, new_state
+
+
+def _conditions(
+    spec: ControllerSpec, obs: Observation, view: FleetView | None, scale: ScaleDecision | None
+) -> tuple[Condition, ...]:
+    ready = len(obs.ready_pods)
+    answered = view.reporting if view is not None else 0
+    missing = sorted(set(obs.ready_pods) - {s.pod for s in obs.samples})
+    if is_degraded(answered, ready, spec.min_reporting_fraction):
+        detail = "; ".join(f"{pod}: {obs.failures.get(pod, 'no sample')}" for pod in missing)
+        degraded = Condition(
+            "Degraded",
+            "True",
+            "MetricsUnavailable",
+            f"{answered}/{ready} ready replicas answered their metrics scrape ({detail})",
+        )
+    else:
+        degraded = Condition("Degraded", "False", "MetricsAvailable", f"{answered}/{ready} ready replicas answered")
+    conditions = [degraded]
+    if scale is not None:
+        if scale.limited is not None:
+            conditions.append(Condition("ScalingLimited", "True", scale.limited.value, scale.reason))
+        else:
+            conditions.append(Condition("ScalingLimited", "False", "DesiredWithinRange", scale.reason))
+    return tuple(conditions)

@@ -1,0 +1,136 @@
+"""The whole decision (collect → autoscaler → tuner → arbiter → plan) on scrape rounds."""
+
+from __future__ import annotations
+
+import pytest
+from paged_operator.arbiter import Action
+from paged_operator.autoscaler import AutoscalingPolicySpec
+from paged_operator.budget_tuner import Budgets, BudgetSpec
+from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, decide, initial_state
+from paged_operator.metrics import EngineSample
+
+SCALE = AutoscalingPolicySpec(
+    min_replicas=1, max_replicas=8, stabilization_window_up_s=0, stabilization_window_down_s=60, max_step_up=2
+)
+BUDGET = BudgetSpec(min_num_seqs=8, max_num_seqs=128, cooldown_s=30)
+START = Budgets(64, 2048)
+
+
+def pod_sample(pod: str, t: float, *, kv: float, waiting: float = 0, preempted: float = 0, seqs: int = 64):
+    return EngineSample(
+        time=t,
+        pod=pod,
+        kv_usage=kv,
+        running=8,
+        waiting=waiting,
+        preemptions_total=preempted,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=2048,
+    )
+
+
+def rounds(spec: ControllerSpec, state: ControllerState, obs: list[Observation]):
+    plans = []
+    for o in obs:
+        plan, state = decide(
+            spec,
+            state,
+            o,
+        )
+        plans.append(plan)
+    return plans, state
+
+
+def obs(t: float, pods: dict[str, dict], *, ready: tuple[str, ...] | None = None, starting: int = 0, failures=None):
+    return Observation(
+        time=t,
+        ready_pods=ready if ready is not None else tuple(pods),
+        starting=starting,
+        samples=tuple(pod_sample(p, t, **kw) for p, kw in pods.items()),
+        failures=failures or {},
+    )
+
+
+def test_high_kv_scales_up_with_a_reason_and_conditions() -> None:
+    spec = ControllerSpec(autoscaling=SCALE, budget=None)
+    (plan,), _ = rounds(spec, initial_state(spec, None), [obs(0, {"a": {"kv": 0.95}, "b": {"kv": 0.95}})])
+    assert plan.replicas == 3 and plan.budgets is None and plan.verdict.rule == "R6"
+    assert "kv_cache_usage 0.95 > target 0.75 on 2 replicas → 3" in plan.verdict.reason
+    assert {c.type: c.status for c in plan.conditions} == {"Degraded": "False", "ScalingLimited": "False"}
+
+
+def test_silent_pods_degrade_and_block_scale_down() -> None:
+    spec = ControllerSpec(autoscaling=SCALE, budget=None, min_reporting_fraction=0.5)
+    state = initial_state(spec, None)
+    quiet = [
+        obs(t, {"a": {"kv": 0.05}}, ready=("a", "b", "c"), failures={"b": "no answer within 2 s"})
+        for t in range(0, 200, 10)
+    ]
+    plans, _ = rounds(spec, state, quiet)
+    assert all(p.replicas is None for p in plans)
+    degraded = next(c for c in plans[-1].conditions if c.type == "Degraded")
+    assert degraded.status == "True" and degraded.reason == "MetricsUnavailable"
+    assert "1/3 ready replicas answered" in degraded.message and "b: no answer within 2 s" in degraded.message
+    assert "c: no sample" in degraded.message
+
+
+def test_samples_from_pods_no_longer_ready_are_ignored() -> None:
+    spec = ControllerSpec(autoscaling=SCALE, budget=None)
+    o = obs(0, {"a": {"kv": 0.5}, "gone": {"kv": 1.0, "waiting": 50}}, ready=("a",))
+    (plan,), _ = rounds(spec, initial_state(spec, None), [o])
+    assert plan.view is not None and plan.view.reporting == 1 and plan.replicas is None
+
+
+def test_storm_tunes_first_then_scales_if_still_needed() -> None:
+    spec = ControllerSpec(autoscaling=SCALE, budget=BUDGET)
+    state = initial_state(spec, START)
+    pods = ("a", "b")
+
+    def storm(t: float, seqs: int, preempted: float) -> Observation:
+        return obs(t, {p: {"kv": 0.97, "preempted": preempted, "seqs": seqs} for p in pods})
+
+    plans, state = rounds(spec, state, [storm(0, 64, 0), storm(10, 64, 20)])
+    tuned = plans[1]
+    assert tuned.verdict.action is Action.TUNE and tuned.verdict.rule == "R2"
+    assert tuned.budgets == Budgets(48, 2048) and tuned.push_budgets_to == pods and tuned.replicas is None
+    assert state.tuner is not None and state.tuner.budgets == Budgets(48, 2048)
+    # The storm goes on at the lower budget: scale-up waits out the tuner's cool-down, then happens.
+    plans, state = rounds(spec, state, [storm(t, 48, 20 + t * 2) for t in (20, 30)])
+    assert [p.verdict.rule for p in plans] == ["R4", "R4"] and all(p.replicas is None for p in plans)
+    (plan,), state = rounds(spec, state, [storm(40, 48, 100)])
+    assert plan.verdict.action is Action.TUNE  # cool-down over: the tuner goes again first (48 → 36)
+    assert plan.budgets == Budgets(36, 2048)
+
+
+def test_drifted_pods_get_the_budget_again() -> None:
+    spec = ControllerSpec(autoscaling=None, budget=BUDGET)
+    o = obs(0, {"a": {"kv": 0.7, "seqs": 64}, "new": {"kv": 0.7, "seqs": 32}})
+    (plan,), _ = rounds(spec, initial_state(spec, START), [o])
+    assert plan.budgets is None and plan.target_budgets == START and plan.push_budgets_to == ("new",)
+    assert plan.scale is None and [c.type for c in plan.conditions] == ["Degraded"]
+
+
+def test_dry_run_reports_but_does_not_scale_or_block_the_tuner() -> None:
+    dry = AutoscalingPolicySpec(**{**SCALE.__dict__, "dry_run": True})
+    spec = ControllerSpec(autoscaling=dry, budget=BUDGET)
+    state = initial_state(spec, START)
+    busy = {"kv": 0.3, "waiting": 40}
+    plans, _ = rounds(spec, state, [obs(0, {"a": busy}), obs(10, {"a": busy})])
+    assert plans[1].scale is not None and plans[1].scale.desired == 3 and plans[1].scale.dry_run
+    assert plans[1].replicas is None
+    assert plans[1].verdict.action is Action.TUNE and plans[1].budgets == Budgets(72, 2048)
+
+
+def test_nothing_enabled_nothing_done() -> None:
+    spec = ControllerSpec(autoscaling=None, budget=None)
+    (plan,), _ = rounds(spec, initial_state(spec, None), [obs(0, {"a": {"kv": 1.0, "waiting": 99}})])
+    assert (plan.replicas, plan.budgets, plan.push_budgets_to, plan.verdict.action) == (None, None, (), Action.NONE)
+
+
+def test_argument_checks() -> None:
+    with pytest.raises(ValueError, match="needs the starting budgets"):
+        initial_state(ControllerSpec(autoscaling=None, budget=BUDGET), None)
+    with pytest.raises(ValueError, match="rate_window_s must be positive, got 0"):
+        ControllerSpec(autoscaling=None, budget=None, rate_window_s=0)
+    with pytest.raises(ValueError, match=r"min_reporting_fraction must be in \(0, 1\], got 1.5"):
+        ControllerSpec(autoscaling=None, budget=None, min_reporting_fraction=1.5)
