@@ -1,0 +1,326 @@
+"""paged-ctl: the admin CLI for ModelDeployments (typer). Commands parse options, call ``kube``, print via ``render``.
+
+User mistakes and API refusals print one red line (plus field errors) on stderr and exit non-zero
+(see ``kube.ExitCode``); a traceback means a bug in paged-ctl.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from paged_platform.api import ModelDeployment
+from paged_platform.api.spec import ReplicasSpec, SchedulerBudget
+from paged_platform.crd import crd_yaml
+from paged_platform.ctl import render
+from paged_platform.ctl.render import Output
+from paged_platform.kube import ExitCode, Kube, KubeError, KubeTarget, connect
+from paged_platform.manifests import ManifestError, ManifestValidationError, field_errors, load_model_deployments
+from paged_platform.podmetrics import MetricsParseError, PodMetrics, parse_pod_metrics
+
+app = typer.Typer(
+    name="paged-ctl",
+    help="Manage paged ModelDeployments: apply, inspect, scale, tune budgets, watch live metrics.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Namespace (default: the context's).")]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="Kubeconfig context (default: the current one).")]
+KubeconfigOpt = Annotated[
+    str | None, typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")
+]
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="Output format.")]
+NameArg = Annotated[str, typer.Argument(help="ModelDeployment name.")]
+
+
+class UsageError(KubeError):
+    """A bad option or input detected by paged-ctl itself."""
+
+
+def fail(message: str, code: int = ExitCode.ERROR, details: list[str] | None = None) -> typer.Exit:
+    console = render.stderr()
+    console.print(f"[red]error:[/red] {message}", markup=True, soft_wrap=True)
+    for line in details or []:
+        console.print(f"  {line}", markup=False, soft_wrap=True)
+    return typer.Exit(int(code))
+
+
+def run(body: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async command body, turning expected failures into one-line errors and exit codes."""
+
+    @functools.wraps(body)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            asyncio.run(body(*args, **kwargs))
+        except ManifestValidationError as exc:
+            raise fail(f"{exc.where} is invalid:", details=[str(e) for e in exc.errors]) from None
+        except ManifestError as exc:
+            raise fail(str(exc)) from None
+        except KubeError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+
+    return wrapper
+
+
+def target(namespace: str | None, context: str | None, kubeconfig: str | None) -> KubeTarget:
+    return KubeTarget(kubeconfig=kubeconfig, context=context, namespace=namespace)
+
+
+def parse(raw: dict[str, Any]) -> ModelDeployment:
+    try:
+        return ModelDeployment.from_wire(raw)
+    except ValidationError as exc:
+        name = raw.get("metadata", {}).get("name", "?")
+        errors = "; ".join(str(e) for e in field_errors(exc))
+        raise KubeError(f"modeldeployment {name!r} does not match this paged-ctl's API types: {errors}") from None
+
+
+def emit(data: Any, output: Output) -> None:
+    typer.echo(render.dump(data, output), nl=False)
+
+
+@app.command()
+@run
+async def apply(
+    filename: Annotated[str, typer.Option("--filename", "-f", help="YAML file with ModelDeployments ('-' for stdin).")],
+    dry_run: Annotated[
+        str,
+        typer.Option("--dry-run", help="none, client (validate only, no cluster) or server (validate on the server)."),
+    ] = "none",
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Validate ModelDeployments against the schema, then server-side apply them (field manager paged-ctl)."""
+    if dry_run not in ("none", "client", "server"):
+        raise UsageError(f"--dry-run must be none, client or server, not {dry_run!r}")
+    if filename == "-":
+        text, source = sys.stdin.read(), "<stdin>"
+    else:
+        path = Path(filename)
+        if not path.is_file():
+            raise UsageError(f"file {filename} not found")
+        text, source = path.read_text(), filename
+    docs = load_model_deployments(text, source)
+    for _, md in docs:
+        if namespace and md.metadata.namespace and md.metadata.namespace != namespace:
+            raise UsageError(
+                f"{md.metadata.name}: the namespace in the file ({md.metadata.namespace}) does not match -n {namespace}"
+            )
+    console = render.stdout()
+    if dry_run == "client":
+        for _, md in docs:
+            console.print(f"modeldeployment.paged.dev/{md.metadata.name} valid (client dry run)")
+        return
+    async with connect(target(namespace, context, kubeconfig)) as kube:
+        for raw, md in docs:
+            await kube.apply(raw, dry_run=dry_run == "server")
+            suffix = " (server dry run)" if dry_run == "server" else ""
+            ns = md.metadata.namespace or kube.namespace
+            console.print(f"modeldeployment.paged.dev/{md.metadata.name} applied in namespace {ns}{suffix}")
+
+
+async def _get(kube: Kube, name: str | None, all_namespaces: bool, output: Output) -> None:
+    if name:
+        raws = [await kube.get(name)]
+    else:
+        raws = await kube.list(all_namespaces=all_namespaces)
+    if output is not Output.TABLE:
+        emit(render.clean(raws[0]) if name else render.as_list(raws), output)
+        return
+    if not raws:
+        where = "any namespace" if all_namespaces else f"namespace {kube.namespace}"
+        render.stderr().print(f"No ModelDeployments found in {where}.")
+        return
+    render.stdout().print(render.md_table([(parse(r), r) for r in raws], show_namespace=all_namespaces))
+
+
+@app.command()
+@run
+async def get(
+    name: Annotated[str | None, typer.Argument(help="ModelDeployment name; omit to list.")] = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="List across namespaces.")] = False,
+    output: OutputOpt = Output.TABLE,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Show one ModelDeployment, or list them."""
+    async with connect(target(namespace, context, kubeconfig)) as kube:
+        await _get(kube, name, all_namespaces, output)
+
+
+@app.command("list")
+@run
+async def list_(
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="List across namespaces.")] = False,
+    output: OutputOpt = Output.TABLE,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """List ModelDeployments."""
+    async with connect(target(namespace, context, kubeconfig)) as kube:
+        await _get(kube, None, all_namespaces, output)
+
+
+@app.command()
+@run
+async def describe(
+    name: NameArg,
+    output: OutputOpt = Output.TABLE,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Spec summary, status, conditions and the recent scaling and budget decisions."""
+    async with connect(target(namespace, context, kubeconfig)) as kube:
+        raw = await kube.get(name)
+    if output is not Output.TABLE:
+        emit(render.clean(raw), output)
+        return
+    render.describe(render.stdout(), parse(raw))
+
+
+@app.command()
+@run
+async def scale(
+    name: NameArg,
+    min_: Annotated[int | None, typer.Option("--min", help="New spec.replicas.min.")] = None,
+    max_: Annotated[int | None, typer.Option("--max", help="New spec.replicas.max.")] = None,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Set the replica bounds (autoscaling moves inside them; without it the operator runs --min)."""
+    if min_ is None and max_ is None:
+        raise UsageError("give --min, --max or both")
+    async with connect(target(namespace, context, kubeconfig)) as kube:
+        md = parse(await kube.get(name))
+        current = md.spec.replicas
+        patch = {"min": current.min if min_ is None else min_, "max": current.max if max_ is None else max_}
+        try:
+            ReplicasSpec.model_validate(patch)
+        except ValidationError as exc:
+            raise UsageError("; ".join(f"replicas.{e}" if e.path else str(e) for e in field_errors(exc))) from None
+        await kube.patch_spec(name, {"replicas": patch})
+    render.stdout().print(
+        f"modeldeployment.paged.dev/{name} replicas: min {current.min} -> {patch['min']},"
+        f" max {current.max} -> {patch['max']}"
+    )
+
+
+@app.command()
+@run
+async def budget(
+    name: NameArg,
+    max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs", help="New maxNumSeqs.")] = None,
+    max_batched_tokens: Annotated[
+        int | None, typer.Option("--max-batched-tokens", help="New maxNumBatchedTokens.")
+    ] = None,
+    output: OutputOpt = Output.TABLE,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Show the scheduler budget, or change it (spec.schedulerBudget; the operator pushes it to the replicas)."""
+    async with connect(target(namespace, context, kubeconfig)) as kube:
+        md = parse(await kube.get(name))
+        if max_num_seqs is not None or max_batched_tokens is not None:
+            wire = md.spec.scheduler_budget.to_wire()
+            changes = {}
+            if max_num_seqs is not None:
+                changes["maxNumSeqs"] = max_num_seqs
+            if max_batched_tokens is not None:
+                changes["maxNumBatchedTokens"] = max_batched_tokens
+            try:
+                SchedulerBudget.model_validate({**wire, **changes})
+            except ValidationError as exc:
+                errors = [f"schedulerBudget.{e}" if e.path else str(e) for e in field_errors(exc)]
+                raise UsageError("; ".join(errors)) from None
+            md = parse(await kube.patch_spec(name, {"schedulerBudget": changes}))
+    if output is not Output.TABLE:
+        budget = md.spec.scheduler_budget.to_wire()
+        emit({"spec": budget, "inForce": md.status.budget.to_wire() if md.status.budget else None}, output)
+        return
+    render.stdout().print(render.budget_table(md))
+
+
+def metrics_port(pod: dict[str, Any], fallback: int) -> int:
+    """The engine's HTTP port: the container port named ``http``, else the first declared one, else ``fallback``."""
+    ports = [p for c in pod.get("spec", {}).get("containers", []) for p in c.get("ports") or []]
+    named = [p for p in ports if p.get("name") == "http"]
+    chosen = named or ports
+    return int(chosen[0]["containerPort"]) if chosen else fallback
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+async def _scrape(kube: Kube, pod: dict[str, Any], port: int) -> tuple[str, PodMetrics | str]:
+    name = pod["metadata"]["name"]
+    try:
+        return name, parse_pod_metrics(await kube.pod_get(name, port, "metrics"))
+    except (KubeError, MetricsParseError) as exc:
+        return name, str(exc)
+
+
+@app.command()
+@run
+async def top(
+    name: NameArg,
+    output: OutputOpt = Output.TABLE,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Live metrics of each ready replica, read from its /metrics through the API server's pod proxy."""
+    async with connect(target(namespace, context, kubeconfig)) as kube:
+        md = parse(await kube.get(name))
+        if not md.status.selector:
+            raise KubeError(f"modeldeployment {name!r} has no pods yet (status.selector is not set by the operator)")
+        pods = [p for p in await kube.list_pods(md.status.selector) if is_ready(p)]
+        if not pods:
+            raise KubeError(f"modeldeployment {name!r} has no ready pods")
+        results = await asyncio.gather(*(_scrape(kube, p, metrics_port(p, md.spec.service.port)) for p in pods))
+    rows = render.top_rows(sorted(results))
+    if output is not Output.TABLE:
+        emit(rows, output)
+        return
+    render.stdout().print(render.top_table(rows))
+
+
+@app.command()
+@run
+async def explain(
+    name: NameArg,
+    output: OutputOpt = Output.TABLE,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Why the replica count is what it is: the last scaling decision, its signals against the targets."""
+    async with connect(target(namespace, context, kubeconfig)) as kube:
+        md = parse(await kube.get(name))
+    data = render.explain_data(md)
+    if output is not Output.TABLE:
+        emit(data, output)
+        return
+    render.explain(render.stdout(), data)
+
+
+@app.command()
+def crd() -> None:
+    """Print the ModelDeployment CustomResourceDefinition (generated from the API types)."""
+    typer.echo(crd_yaml(), nl=False)

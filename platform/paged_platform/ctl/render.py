@@ -1,0 +1,304 @@
+"""How paged-ctl shows things: rich tables for people, YAML/JSON for scripts. No I/O besides printing."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import yaml
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from paged_platform.api import ConditionType, ModelDeployment
+from paged_platform.api.status import Decision
+from paged_platform.podmetrics import PodMetrics
+
+
+class Output(StrEnum):
+    TABLE = "table"
+    YAML = "yaml"
+    JSON = "json"
+
+
+def stdout() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def clean(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object as the user wants to read it: without the server's managedFields bookkeeping."""
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
+
+
+def dump(data: Any, output: Output) -> str:
+    if output is Output.JSON:
+        return json.dumps(data, indent=2, default=str)
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "List", "items": [clean(i) for i in items]}
+
+
+def age(created: str | None, now: datetime | None = None) -> str:
+    """kubectl-style age ("45s", "12m", "5h", "3d") of an RFC 3339 timestamp."""
+    if not created:
+        return "-"
+    then = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    seconds = max(0, int(((now or datetime.now(UTC)) - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.{digits}f}"
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f}ms" if value < 1 else f"{value:.2f}s"
+
+
+def ready_reason(md: ModelDeployment) -> str:
+    cond = md.status.condition(ConditionType.READY)
+    return cond.reason if cond else "-"
+
+
+def md_table(objects: list[tuple[ModelDeployment, dict[str, Any]]], *, show_namespace: bool) -> Table:
+    table = Table(box=box.SIMPLE, pad_edge=False)
+    columns = ["NAMESPACE"] if show_namespace else []
+    columns += ["NAME", "MODEL", "READY", "DESIRED", "MIN", "MAX", "KV", "STATUS", "AGE"]
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    for md, raw in objects:
+        row = [md.metadata.namespace or "-"] if show_namespace else []
+        row += [
+            md.metadata.name,
+            md.spec.model.resolved_served_name,
+            str(md.status.ready_replicas),
+            str(md.status.desired_replicas),
+            str(md.spec.replicas.min),
+            str(md.spec.replicas.max),
+            pct(md.status.metrics.kv_cache_usage if md.status.metrics else None),
+            ready_reason(md),
+            age(raw.get("metadata", {}).get("creationTimestamp")),
+        ]
+        table.add_row(*row)
+    return table
+
+
+def decisions_table(decisions: list[Decision]) -> Table:
+    table = Table(box=box.SIMPLE, pad_edge=False, title="Decisions (newest last)", title_justify="left")
+    for column in ("TIME", "KIND", "FROM", "TO", "REASON"):
+        table.add_column(column, overflow="fold")
+    for d in decisions:
+        reason = f"{d.reason} [dim](dry run)[/dim]" if d.dry_run else d.reason
+        table.add_row(d.time.strftime("%Y-%m-%d %H:%M:%S"), d.kind, d.from_.describe(), d.to.describe(), reason)
+    return table
+
+
+def describe(console: Console, md: ModelDeployment) -> None:
+    spec, status = md.spec, md.status
+    model = spec.model
+    budget = spec.scheduler_budget
+    auto = spec.autoscaling
+    lines = [
+        f"[bold]Name:[/bold]        {md.metadata.name}",
+        f"[bold]Namespace:[/bold]   {md.metadata.namespace or '-'}",
+        f"[bold]Model:[/bold]       {model.name} (served as {model.resolved_served_name})",
+        f"[bold]Engine:[/bold]      {spec.engine.image} dtype={spec.engine.dtype} blockSize={spec.engine.block_size}",
+        f"[bold]Endpoint:[/bold]    {status.endpoint or '-'}",
+        f"[bold]Replicas:[/bold]    {status.ready_replicas} ready, {status.desired_replicas} desired,"
+        f" {status.replicas} current (min {spec.replicas.min}, max {spec.replicas.max})",
+        f"[bold]Autoscaling:[/bold] {'on' if auto.enabled else 'off'}{' (dry run)' if auto.dry_run else ''}:"
+        f" kvCacheUsage<={auto.targets.kv_cache_usage} waitingPerReplica<={auto.targets.waiting_per_replica}"
+        f" preemptionRate<={auto.targets.preemption_rate}/s"
+        + (f" ttftP95<={auto.targets.ttft_p95_seconds}s" if auto.targets.ttft_p95_seconds else ""),
+        f"[bold]Budget:[/bold]      spec maxNumSeqs={budget.max_num_seqs}"
+        f" maxNumBatchedTokens={budget.max_num_batched_tokens}; adaptive {'on' if budget.adaptive.enabled else 'off'}"
+        + (
+            f"; in force maxNumSeqs={status.budget.max_num_seqs}"
+            f" maxNumBatchedTokens={status.budget.max_num_batched_tokens}"
+            if status.budget
+            else ""
+        ),
+        f"[bold]Observed:[/bold]    generation {dash(status.observed_generation)} of {dash(md.metadata.generation)}",
+    ]
+    if status.metrics:
+        m = status.metrics
+        lines.append(
+            f"[bold]Metrics:[/bold]     at {m.time:%H:%M:%S} over {m.replicas} replicas: KV {pct(m.kv_cache_usage)},"
+            f" waiting {num(m.requests_waiting)}, running {num(m.requests_running)},"
+            f" preemptions {num(m.preemption_rate, 2)}/s, prefix hits {pct(m.prefix_cache_hit_rate)},"
+            f" TTFT p95 {seconds(m.ttft_p95_seconds)}"
+        )
+    for line in lines:
+        console.print(line)
+    conditions = Table(box=box.SIMPLE, pad_edge=False, title="Conditions", title_justify="left")
+    for column in ("TYPE", "STATUS", "REASON", "MESSAGE", "SINCE"):
+        conditions.add_column(column, overflow="fold")
+    for c in status.conditions:
+        conditions.add_row(c.type, c.status, c.reason, c.message, c.last_transition_time.strftime("%Y-%m-%d %H:%M:%S"))
+    console.print(conditions if status.conditions else "[dim]No conditions reported yet.[/dim]")
+    console.print(decisions_table(status.decisions) if status.decisions else "[dim]No decisions recorded yet.[/dim]")
+
+
+def budget_table(md: ModelDeployment) -> Table:
+    budget = md.spec.scheduler_budget
+    adaptive = budget.adaptive
+    table = Table(box=box.SIMPLE, pad_edge=False)
+    for column in ("BUDGET", "SPEC", "IN FORCE", "ADAPTIVE BOUNDS"):
+        table.add_column(column, no_wrap=True)
+    in_force = md.status.budget
+    bounds_on = adaptive.enabled
+    table.add_row(
+        "maxNumSeqs",
+        str(budget.max_num_seqs),
+        str(in_force.max_num_seqs) if in_force else "-",
+        f"{adaptive.max_num_seqs.min}..{adaptive.max_num_seqs.max}" if bounds_on else "off",
+    )
+    table.add_row(
+        "maxNumBatchedTokens",
+        str(budget.max_num_batched_tokens),
+        str(in_force.max_num_batched_tokens) if in_force else "-",
+        f"{adaptive.max_num_batched_tokens.min}..{adaptive.max_num_batched_tokens.max}" if bounds_on else "off",
+    )
+    return table
+
+
+TOP_COLUMNS = ("POD", "KV", "RUNNING", "WAITING", "PREEMPTIONS", "PREFIX HIT", "TTFT P95", "MAX SEQS", "MAX TOKENS")
+
+
+def top_rows(results: list[tuple[str, PodMetrics | str]]) -> list[dict[str, Any]]:
+    """One row per pod: its metrics, or the error that kept them from us."""
+    rows = []
+    for pod, m in results:
+        if isinstance(m, str):
+            rows.append({"pod": pod, "error": m})
+            continue
+        rows.append(
+            {
+                "pod": pod,
+                "kvCacheUsage": m.kv_cache_usage,
+                "requestsRunning": m.requests_running,
+                "requestsWaiting": m.requests_waiting,
+                "preemptions": m.preemptions,
+                "prefixCacheHitRate": m.prefix_cache_hit_rate,
+                "ttftP95Seconds": m.ttft_p95_seconds,
+                "maxNumSeqs": m.max_num_seqs,
+                "maxNumBatchedTokens": m.max_num_batched_tokens,
+            }
+        )
+    return rows
+
+
+def top_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(box=box.SIMPLE, pad_edge=False)
+    for column in TOP_COLUMNS:
+        table.add_column(column, no_wrap=True)
+    for r in rows:
+        if "error" in r:
+            table.add_row(r["pod"], f"[red]{r['error']}[/red]", *[""] * (len(TOP_COLUMNS) - 2))
+            continue
+        table.add_row(
+            r["pod"],
+            pct(r["kvCacheUsage"]),
+            num(r["requestsRunning"]),
+            num(r["requestsWaiting"]),
+            num(r["preemptions"]),
+            pct(r["prefixCacheHitRate"]),
+            seconds(r["ttftP95Seconds"]),
+            num(r["maxNumSeqs"]),
+            num(r["maxNumBatchedTokens"]),
+        )
+    return table
+
+
+TARGET_BY_SIGNAL = {
+    "kvCacheUsage": "kv_cache_usage",
+    "waitingPerReplica": "waiting_per_replica",
+    "preemptionRate": "preemption_rate",
+    "ttftP95Seconds": "ttft_p95_seconds",
+}
+
+
+def explain_data(md: ModelDeployment) -> dict[str, Any]:
+    """Why the replica count is what it is: the last scale decision, its signals against the targets, limits."""
+    decision = md.status.last_decision("scale")
+    limited = md.status.condition(ConditionType.SCALING_LIMITED)
+    targets = md.spec.autoscaling.targets
+    data: dict[str, Any] = {
+        "name": md.metadata.name,
+        "autoscaling": {"enabled": md.spec.autoscaling.enabled, "dryRun": md.spec.autoscaling.dry_run},
+        "replicas": {"min": md.spec.replicas.min, "max": md.spec.replicas.max, "desired": md.status.desired_replicas},
+        "decision": None,
+        "scalingLimited": None,
+    }
+    if decision is not None:
+        signals = []
+        for name, value in decision.signals.items():
+            field = TARGET_BY_SIGNAL.get(name)
+            target = getattr(targets, field) if field else None
+            signals.append(
+                {"signal": name, "observed": value, "target": target, "ratio": value / target if target else None}
+            )
+        data["decision"] = {
+            "time": decision.time.isoformat(),
+            "from": decision.from_.replicas,
+            "to": decision.to.replicas,
+            "reason": decision.reason,
+            "dryRun": decision.dry_run,
+            "signals": signals,
+        }
+    if limited is not None and limited.status == "True":
+        data["scalingLimited"] = {"reason": limited.reason, "message": limited.message}
+    return data
+
+
+def explain(console: Console, data: dict[str, Any]) -> None:
+    auto = data["autoscaling"]
+    reps = data["replicas"]
+    state = "off" if not auto["enabled"] else ("on, dry run" if auto["dryRun"] else "on")
+    console.print(
+        f"[bold]{data['name']}[/bold]: autoscaling {state}; {reps['desired']} desired within"
+        f" [{reps['min']}, {reps['max']}]"
+    )
+    decision = data["decision"]
+    if decision is None:
+        console.print("No scaling decision recorded yet.")
+    else:
+        verb = "would scale" if decision["dryRun"] else "scaled"
+        console.print(f"At {decision['time']} the operator {verb} {decision['from']} -> {decision['to']} replicas:")
+        console.print(f"  {decision['reason']}")
+        if decision["signals"]:
+            table = Table(box=box.SIMPLE, pad_edge=False)
+            for column in ("SIGNAL", "OBSERVED", "TARGET", "OBSERVED/TARGET"):
+                table.add_column(column, no_wrap=True)
+            for s in decision["signals"]:
+                ratio = s["ratio"]
+                shown = "-" if ratio is None else (f"[red]{ratio:.2f}[/red]" if ratio > 1 else f"{ratio:.2f}")
+                table.add_row(s["signal"], num(s["observed"], 3), num(s["target"], 3), shown)
+            console.print(table)
+    if data["scalingLimited"]:
+        limited = data["scalingLimited"]
+        console.print(f"[yellow]Scaling limited[/yellow] ({limited['reason']}): {limited['message']}")
