@@ -65,7 +65,8 @@ def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float | 
                 return lower_bound
             if count == lower_count:
                 return bound
-            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (count - lower_count)
+            fraction = (rank - lower_count) / (count - lower_count)
+            return min(bound, lower_bound + (bound - lower_bound) * fraction)
         lower_bound, lower_count = bound, count
     return lower_bound
 

@@ -98,6 +98,8 @@ INVALID = [
     ({"rollout": {"maxSurge": "ten"}}, "neither an integer nor a percentage"),
     ({"model": {"name": "not a model"}}, "should match pattern"),
     ({"replicas": {"mn": 1}}, "Extra inputs are not permitted"),
+    ({"model": {"name": "/models/x", "volume": {"claimName": "w", "mountPath": "/models/"}}}, "should match pattern"),
+    ({"resources": {"gpuResourceName": "nvidia.com/gpu type"}}, "should match pattern"),
 ]
 
 

@@ -23,7 +23,9 @@ DEFAULT_ENGINE_IMAGE = "ghcr.io/paged/paged-engine:0.1.0"
 MODEL_NAME_PATTERN = r"^(default|/[^\s]+|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+)$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
-ABSOLUTE_PATH_PATTERN = r"^/[^\s]*$"
+# An absolute directory without a trailing slash ("/models"), so "<mountPath>/" prefixes the files under it.
+MOUNT_PATH_PATTERN = r"^(/[^/\s]+)+$"
+RESOURCE_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 
 
 def _sub(model: type[ApiModel]) -> Any:
@@ -37,7 +39,7 @@ class ModelVolume(ApiModel):
 
     claim_name: str = Field(max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
     """Name of the PersistentVolumeClaim, in the ModelDeployment's namespace."""
-    mount_path: str = Field("/models", max_length=1024, pattern=ABSOLUTE_PATH_PATTERN)
+    mount_path: str = Field("/models", max_length=1024, pattern=MOUNT_PATH_PATTERN)
     """Where the claim is mounted in the engine container."""
     read_only: bool | None = None
     """Mount read-only; unset means read-only for a path model and writable for a Hugging Face cache."""
@@ -137,7 +139,8 @@ class ResourcesSpec(ApiModel):
     """Memory request and limit per replica."""
     gpus: int = Field(0, ge=0, le=16)
     """GPUs per replica (request and limit of `gpuResourceName`); 0 runs on CPU."""
-    gpu_resource_name: str = Field("nvidia.com/gpu", max_length=253)
+    gpu_resource_name: str = Field("nvidia.com/gpu", max_length=253, pattern=RESOURCE_NAME_PATTERN)
+    """Extended resource that counts GPUs on the nodes (e.g. `amd.com/gpu`)."""
     node_selector: dict[str, str] = Field(default_factory=dict, json_schema_extra={"default": {}})
     tolerations: list[Toleration] = Field(default_factory=list, max_length=32, json_schema_extra={"default": []})
     affinity: dict[str, Any] | None = None
