@@ -28,7 +28,6 @@ class GroupManager:
         self.pool = pool
         self.block_size = spec.block_size
         self.req_to_blocks: dict[str, list[KVBlock]] = {}
-        self.num_cached_blocks: dict[str, int] = {}
 
     # ---- prefix-cache lookup ----------------------------------------------------------------------------
     def find_longest_cache_hit(self, block_hashes: Sequence[BlockHash], max_num_blocks: int) -> list[KVBlock]:
@@ -62,6 +61,14 @@ class GroupManager:
         if self._shared_write_index(table, num_computed_tokens, num_tokens) is not None:
             need += 1
         return need
+
+    def fits_unchanged(self, request_id: str, num_computed_tokens: int, num_tokens: int) -> bool:
+        """Fast path of a decode step: the table already covers ``num_tokens``, the block written is private,
+        and nothing fell out of the window, so allocation would change nothing."""
+        table = self.req_to_blocks.get(request_id)
+        if table is None or len(table) * self.block_size < num_tokens:
+            return False
+        return num_tokens <= num_computed_tokens or table[num_computed_tokens // self.block_size].ref_cnt == 1
 
     def _shared_write_index(self, table: Sequence[KVBlock], num_computed_tokens: int, num_tokens: int) -> int | None:
         if num_tokens <= num_computed_tokens:
@@ -105,37 +112,29 @@ class GroupManager:
             table.extend(self.pool.get_new_blocks(need))
         return table[start:]
 
-    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
-        """Register the request's full, computed blocks in the prefix cache."""
-        table = self.req_to_blocks.get(request.request_id)
-        if table is None:
-            return
-        num_full = min(num_computed_tokens // self.block_size, len(table), len(request.block_hashes))
-        first = self.num_cached_blocks.get(request.request_id, 0)
-        for index in range(first, num_full):
+    def cache_blocks(self, request: Request, first: int, end: int) -> None:
+        """Register the request's full, computed blocks ``[first, end)`` in the prefix cache."""
+        table = self.req_to_blocks[request.request_id]
+        hashes = request.block_hashes
+        for index in range(first, end):
             block = table[index]
             if not block.is_null:
-                self.pool.cache_block(block, request.block_hashes[index], self.group)
-        if num_full > first:
-            self.num_cached_blocks[request.request_id] = num_full
+                self.pool.cache_block(block, hashes[index], self.group)
 
     def free(self, request_id: str) -> None:
         """Return the request's blocks, tail first, so the tail of a cached chain is evicted first."""
         table = self.req_to_blocks.pop(request_id, None)
-        self.num_cached_blocks.pop(request_id, None)
         if table:
             self.pool.free_blocks(reversed(table))
 
     def fork(self, parent_id: str, child_ids: Sequence[str]) -> None:
         """Children share every block of the parent, the partial last one included (ref counts)."""
         table = self.req_to_blocks.get(parent_id, [])
-        num_cached = self.num_cached_blocks.get(parent_id, 0)
         for child_id in child_ids:
             if child_id in self.req_to_blocks:
                 raise ValueError(f"cannot fork into {child_id!r}: it already holds blocks")
             self.pool.touch(table)
             self.req_to_blocks[child_id] = list(table)
-            self.num_cached_blocks[child_id] = num_cached
 
 
 class FullAttentionManager(GroupManager):
@@ -159,6 +158,14 @@ class SlidingWindowManager(GroupManager):
 
     def first_needed_block(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - self.sliding_window + 1) // self.block_size
+
+    def fits_unchanged(self, request_id: str, num_computed_tokens: int, num_tokens: int) -> bool:
+        if not super().fits_unchanged(request_id, num_computed_tokens, num_tokens):
+            return False
+        # Null placeholders always form a prefix of the table: if the block just before the first needed
+        # one is already null, there is nothing left to free.
+        first = self.first_needed_block(num_computed_tokens)
+        return first == 0 or self.req_to_blocks[request_id][first - 1].is_null
 
     def find_longest_cache_hit(self, block_hashes: Sequence[BlockHash], max_num_blocks: int) -> list[KVBlock]:
         """Scan right to left for the last point preceded by ``window_blocks`` cached blocks; earlier blocks

@@ -51,6 +51,8 @@ class KVCacheManager:
             make_group_manager(group.spec, index, self.pool) for index, group in enumerate(config.groups)
         ]
         self.block_hasher = BlockHasher(block_size, hash_algorithm) if enable_caching else None
+        self._num_cached_blocks: dict[str, int] = {}  # per request: leading blocks already registered
+        self._group_range = range(len(self.groups))
 
     # ---- capacity ---------------------------------------------------------------------------------------
     @property
@@ -98,9 +100,16 @@ class KVCacheManager:
 
     def cache_blocks(self, request: Request) -> None:
         """Register the request's newly full and computed blocks (call after the step that computed them)."""
-        if self.enable_caching:
-            for manager in self.groups:
-                manager.cache_blocks(request, request.num_computed_tokens)
+        if not self.enable_caching:
+            return
+        req_id = request.request_id
+        end = min(request.num_computed_tokens // self.block_size, len(request.block_hashes))
+        first = self._num_cached_blocks.get(req_id, 0)
+        if end <= first or not self.holds_blocks(req_id):
+            return
+        for manager in self.groups:
+            manager.cache_blocks(request, first, end)
+        self._num_cached_blocks[req_id] = end
 
     def reset_prefix_cache(self) -> bool:
         return self.pool.reset_prefix_cache()
@@ -118,7 +127,15 @@ class KVCacheManager:
         if num_new_tokens < 0:
             raise ValueError(f"num_new_tokens must be non-negative, got {num_new_tokens}")
         req_id = request.request_id
-        hit_blocks = computed.blocks if computed is not None else self._empty_blocks()
+        if computed is None:
+            num_computed = request.num_computed_tokens
+            num_tokens = num_computed + num_new_tokens
+            for manager in self.groups:
+                if not manager.fits_unchanged(req_id, num_computed, num_tokens):
+                    break
+            else:
+                return SlotAllocation(tuple([[] for _ in self._group_range]))
+        hit_blocks = computed.blocks if computed is not None else tuple([[] for _ in self._group_range])
         num_computed = request.num_computed_tokens + (computed.num_tokens if computed is not None else 0)
         num_tokens = num_computed + num_new_tokens
 
@@ -146,9 +163,6 @@ class KVCacheManager:
             new_ids = [[b.block_id for b in hits] + ids for hits, ids in zip(hit_blocks, new_ids, strict=True)]
         return SlotAllocation(tuple(new_ids), copies)
 
-    def _empty_blocks(self) -> tuple[list[KVBlock], ...]:
-        return tuple([] for _ in self.groups)
-
     def fork(self, parent_id: str, child_ids: Sequence[str]) -> None:
         """Give each child a reference to every parent block (partial last block included); the first
         write into a shared block then copies it (see ``allocate_slots``)."""
@@ -156,8 +170,12 @@ class KVCacheManager:
             raise ValueError(f"child ids must be distinct, got {list(child_ids)}")
         for manager in self.groups:
             manager.fork(parent_id, child_ids)
+        num_cached = self._num_cached_blocks.get(parent_id, 0)
+        for child_id in child_ids:
+            self._num_cached_blocks[child_id] = num_cached
 
     def free(self, request_id: str) -> None:
+        self._num_cached_blocks.pop(request_id, None)
         for manager in self.groups:
             manager.free(request_id)
 
@@ -168,4 +186,4 @@ class KVCacheManager:
         return tuple(list(m.req_to_blocks.get(request_id, ())) for m in self.groups)
 
     def holds_blocks(self, request_id: str) -> bool:
-        return any(request_id in m.req_to_blocks for m in self.groups)
+        return request_id in self.groups[0].req_to_blocks  # every group gets a table on first allocation

@@ -233,11 +233,11 @@ class Scheduler:
         return budget
 
     def _num_new_tokens(self, request: Request, num_computed: int, budget: int) -> int:
-        num_new = request.schedule_target - num_computed
+        num_new = len(request.all_token_ids) - num_computed - request.is_fork_parent  # see Request.schedule_target
         threshold = self.config.long_prefill_token_threshold
-        if threshold:
-            num_new = min(num_new, threshold)
-        return min(num_new, budget)
+        if threshold and num_new > threshold:
+            num_new = threshold
+        return num_new if num_new < budget else budget
 
     def _pick_victim(self) -> Request:
         if self.config.policy == "priority":
@@ -299,34 +299,40 @@ class Scheduler:
         num_prompt_tokens = 0
         num_generated = 0
         finished = False
+        requests = self.requests
+        cache_blocks = self.kv.cache_blocks
+        all_sampled = runner_output.sampled_token_ids
+        all_prompt_logprobs = runner_output.prompt_logprobs
+        running = RequestStatus.RUNNING
         for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():
-            request = self.requests.get(req_id)
-            if request is None or request.status is not RequestStatus.RUNNING:
+            request = requests.get(req_id)
+            if request is None or request.status is not running:
                 continue
-            start = request.num_computed_tokens - num_scheduled
-            num_prompt_tokens += max(0, min(request.num_computed_tokens, request.num_prompt_tokens) - start)
-            self.kv.cache_blocks(request)
+            computed = request.num_computed_tokens
+            start = computed - num_scheduled
+            if start < request.num_prompt_tokens:
+                num_prompt_tokens += min(computed, request.num_prompt_tokens) - start
+            cache_blocks(request)
             if request.is_fork_parent:
-                if request.num_computed_tokens >= request.schedule_target:
+                if computed >= request.schedule_target:
                     self._fork(request)
                 continue
-            sampled = runner_output.sampled_token_ids.get(req_id, ())
-            prompt_logprobs = runner_output.prompt_logprobs.get(req_id, [])
+            sampled = all_sampled.get(req_id)
+            prompt_logprobs = all_prompt_logprobs.get(req_id) if all_prompt_logprobs else None
             if not sampled and not prompt_logprobs:
                 continue
-            if sampled and request.num_computed_tokens < request.num_tokens:
+            if sampled and computed < len(request.all_token_ids):
                 raise ValueError(
-                    f"runner sampled for {req_id!r} mid-prefill ({request.num_computed_tokens} of "
-                    f"{request.num_tokens} tokens computed)"
+                    f"runner sampled for {req_id!r} mid-prefill ({computed} of {request.num_tokens} tokens computed)"
                 )
-            new_tokens = self._append_tokens(request, sampled)
+            new_tokens = self._append_tokens(request, sampled) if sampled else []
             num_generated += len(new_tokens)
-            outputs.append(self._make_output(request, new_tokens, runner_output, prompt_logprobs))
-            if request.is_finished:
+            outputs.append(self._make_output(request, new_tokens, runner_output, prompt_logprobs or []))
+            if request.status.finished:
                 self._release(request)
                 finished = True
         if finished:
-            self.running = [r for r in self.running if not r.is_finished]
+            self.running = [r for r in self.running if not r.status.finished]
         return StepResult(outputs, self._take_stats(scheduler_output, num_prompt_tokens, num_generated))
 
     def _append_tokens(self, request: Request, sampled: Iterable[int]) -> list[int]:
@@ -357,19 +363,20 @@ class Scheduler:
             return True
         return False
 
+    @staticmethod
     def _make_output(
-        self, request: Request, new_tokens: list[int], runner_output: ModelRunnerOutput, prompt_logprobs: list
+        request: Request, new_tokens: list[int], runner_output: ModelRunnerOutput, prompt_logprobs: list
     ) -> EngineCoreOutput:
         return EngineCoreOutput(
-            req_id=request.request_id,
-            new_token_ids=new_tokens,
-            finish_reason=request.finish_reason,
-            stop_token_id=request.stop_token_id,
-            num_cached_tokens=max(0, request.num_cached_tokens),
-            logprobs=runner_output.logprobs.get(request.request_id, []),
-            prompt_logprobs=prompt_logprobs,
-            parent_req_id=request.parent_request_id,
-            index=request.index,
+            request.request_id,
+            new_tokens,
+            request.finish_reason if request.status.finished else None,
+            request.stop_token_id,
+            request.num_cached_tokens if request.num_cached_tokens > 0 else 0,
+            runner_output.logprobs.get(request.request_id, []) if runner_output.logprobs else [],
+            prompt_logprobs,
+            request.parent_request_id,
+            request.index,
         )
 
     def _fork(self, parent: Request) -> None:
