@@ -36,7 +36,7 @@ class IncrementalDetokenizer:
     ) -> None:
         self._tokenizer = tokenizer
         self._skip_special = skip_special_tokens
-        context = list(prompt_token_ids[-PROMPT_CONTEXT_TOKENS:])
+        context = self._clean_context(prompt_token_ids[-PROMPT_CONTEXT_TOKENS:])
         self._ids = context
         self._num_context = len(context)
         self._prefix_offset = 0
@@ -57,6 +57,18 @@ class IncrementalDetokenizer:
             stop=params.stop,
             include_stop_str_in_output=params.include_stop_str_in_output,
         )
+
+    def _clean_context(self, tail: Sequence[int]) -> list[int]:
+        """The prompt tail, cut so it starts on a character boundary.
+
+        A tail starting inside a byte-fallback character (say the last bytes of an emoji) decodes to U+FFFD,
+        and byte decoders treat a run of byte tokens as one unit, so it would corrupt the first output
+        characters that are themselves byte tokens.
+        """
+        context = list(tail)
+        while context and REPLACEMENT_CHAR in self._tokenizer.decode(context, skip_special_tokens=self._skip_special):
+            context.pop(0)
+        return context
 
     @property
     def output_token_ids(self) -> list[int]:
