@@ -88,7 +88,7 @@ STATUS = {
             "from": {"replicas": 1},
             "to": {"replicas": 2},
             "reason": "kvCacheUsage 0.91 above target 0.80",
-            "signals": {"kvCacheUsage": 0.91, "waitingPerReplica": 6.0},
+            "signals": {"kvCacheUsage": 0.91, "waiting_per_replica": 6.0, "ttft_p95_seconds": 0.2, "queueDrain": 3.0},
         },
         {
             "time": "2026-01-01T00:04:00Z",
@@ -350,7 +350,13 @@ def test_explain_relates_signals_to_targets(fake: FakeKube) -> None:
     data = json.loads(invoke("explain", "gemma", "-o", "json").stdout)
     assert data["decision"]["from"] == 1 and data["decision"]["to"] == 2
     kv = next(s for s in data["decision"]["signals"] if s["signal"] == "kvCacheUsage")
-    assert kv["target"] == 0.8 and kv["ratio"] == pytest.approx(0.91 / 0.8)
+    assert kv["target"] == 0.75 and kv["ratio"] == pytest.approx(0.91 / 0.75)
+    waiting = next(s for s in data["decision"]["signals"] if s["signal"] == "waiting_per_replica")
+    assert waiting["target"] == 4 and waiting["ratio"] == 1.5
+    ttft = next(s for s in data["decision"]["signals"] if s["signal"] == "ttft_p95_seconds")
+    assert ttft["target"] is None  # no TTFT objective set
+    other = next(s for s in data["decision"]["signals"] if s["signal"] == "queueDrain")
+    assert other["target"] is None and other["ratio"] is None
     assert data["scalingLimited"] == {"reason": "AtMaxReplicas", "message": "wants 4, max is 3"}
     text = invoke("explain", "gemma").stdout
     assert "scaled 1 -> 2 replicas" in text and "Scaling limited" in text

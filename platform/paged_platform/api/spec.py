@@ -164,11 +164,11 @@ class ReplicasSpec(ApiModel):
 class AutoscalingTargets(ApiModel):
     """Per-replica averages the autoscaler keeps replicas under; crossing any one scales up."""
 
-    kv_cache_usage: float = Field(0.8, gt=0, le=1)
+    kv_cache_usage: float = Field(0.75, gt=0, le=1)
     """Fraction of KV-cache blocks in use."""
     waiting_per_replica: float = Field(4, gt=0, le=10_000)
     """Requests waiting in the scheduler queue."""
-    preemption_rate: float = Field(1.0, gt=0, le=10_000)
+    preemption_rate: float = Field(0.5, gt=0, le=10_000)
     """Recompute preemptions per second."""
     ttft_p95_seconds: float | None = Field(None, gt=0, le=600)
     """Optional service level: 95th-percentile time to first token."""
@@ -179,7 +179,7 @@ class ScaleUpPolicy(ApiModel):
 
     stabilization_window_seconds: int = Field(30, ge=0, le=3600)
     """How long the signals must ask for more replicas before replicas are added."""
-    max_step: int = Field(2, ge=1, le=100)
+    max_step: int = Field(4, ge=1, le=100)
     """Most replicas added in one decision."""
 
 

@@ -8,11 +8,12 @@ from enum import StrEnum
 from typing import Any
 
 import yaml
+from pydantic.alias_generators import to_snake
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from paged_platform.api import ConditionType, ModelDeployment
+from paged_platform.api import AutoscalingTargets, ConditionType, ModelDeployment
 from paged_platform.api.status import Decision
 from paged_platform.podmetrics import PodMetrics
 
@@ -234,14 +235,6 @@ def top_table(rows: list[dict[str, Any]]) -> Table:
     return table
 
 
-TARGET_BY_SIGNAL = {
-    "kvCacheUsage": "kv_cache_usage",
-    "waitingPerReplica": "waiting_per_replica",
-    "preemptionRate": "preemption_rate",
-    "ttftP95Seconds": "ttft_p95_seconds",
-}
-
-
 def explain_data(md: ModelDeployment) -> dict[str, Any]:
     """Why the replica count is what it is: the last scale decision, its signals against the targets, limits."""
     decision = md.status.last_decision("scale")
@@ -257,8 +250,9 @@ def explain_data(md: ModelDeployment) -> dict[str, Any]:
     if decision is not None:
         signals = []
         for name, value in decision.signals.items():
-            field = TARGET_BY_SIGNAL.get(name)
-            target = getattr(targets, field) if field else None
+            # Signals named after their target (camelCase or snake_case) are compared with it.
+            field = name if name in AutoscalingTargets.model_fields else to_snake(name)
+            target = getattr(targets, field) if field in AutoscalingTargets.model_fields else None
             signals.append(
                 {"signal": name, "observed": value, "target": target, "ratio": value / target if target else None}
             )
