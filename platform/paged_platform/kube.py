@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.config.config_exception import ConfigException
@@ -114,7 +115,7 @@ class Kube:
         with translated(f"modeldeployment {name!r} in namespace {ns!r}", self.server):
             return await self._custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, **_T)
 
-    async def list(self, namespace: str | None = None, all_namespaces: bool = False) -> list[dict[str, Any]]:
+    async def list_objects(self, namespace: str | None = None, all_namespaces: bool = False) -> list[dict[str, Any]]:
         try:
             with translated("modeldeployments", self.server):
                 if all_namespaces:
@@ -213,7 +214,7 @@ async def connect(target: KubeTarget) -> AsyncIterator[Kube]:
                 namespace = IN_CLUSTER_NAMESPACE_FILE.read_text().strip()
         else:
             raise KubeError("no kubeconfig found: set KUBECONFIG, pass --kubeconfig, or create ~/.kube/config")
-    except ConfigException as exc:
+    except (ConfigException, yaml.YAMLError, OSError) as exc:
         raise KubeError(f"kubeconfig {path}: {exc}") from None
     api = client.ApiClient(configuration=configuration)
     try:

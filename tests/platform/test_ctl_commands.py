@@ -119,7 +119,7 @@ class FakeKube:
             raise NotFoundError(f"modeldeployment {name!r} in namespace {self.namespace!r} not found")
         return copy.deepcopy(self.objects[name])
 
-    async def list(self, namespace: str | None = None, all_namespaces: bool = False) -> list[dict[str, Any]]:
+    async def list_objects(self, namespace: str | None = None, all_namespaces: bool = False) -> list[dict[str, Any]]:
         return [copy.deepcopy(o) for o in self.objects.values()]
 
     async def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
@@ -221,6 +221,7 @@ def test_apply_lists_every_field_error_without_a_traceback(fake: FakeKube) -> No
         (["-f", "-"], "", "error: <stdin>: no documents found"),
         (["-f", "-"], "apiVersion: apps/v1\nkind: Deployment\n", "is apiVersion='apps/v1' kind='Deployment'"),
         (["-f", "-", "--dry-run", "maybe"], BAD, "--dry-run must be none, client or server"),
+        (["-f", "-"], "- just\n- a list\n", "document 1 is a list, not a mapping"),
     ],
 )
 def test_apply_user_errors(fake: FakeKube, args: list[str], stdin: str | None, message: str) -> None:
@@ -228,6 +229,20 @@ def test_apply_user_errors(fake: FakeKube, args: list[str], stdin: str | None, m
     assert result.exit_code == 1
     assert message in result.stderr
     assert "Traceback" not in result.output and not fake.applied
+
+
+def test_apply_reports_unreadable_files(fake: FakeKube, tmp_path: Path) -> None:
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(b"\xff\xfe\x00\x81")
+    result = invoke("apply", "-f", str(binary))
+    assert result.exit_code == 1 and f"cannot read {binary}" in result.stderr
+
+
+def test_apply_validates_every_document_before_applying_any(fake: FakeKube, examples_dir: Path) -> None:
+    good = (examples_dir / "modeldeployment-cpu.yaml").read_text()
+    result = invoke("apply", "-f", "-", input=good + "---\n" + BAD)
+    assert result.exit_code == 1 and "<stdin> document 2 (ModelDeployment broken) is invalid" in result.stderr
+    assert not fake.applied
 
 
 def test_apply_refuses_a_namespace_mismatch(fake: FakeKube) -> None:

@@ -109,7 +109,10 @@ async def apply(
         path = Path(filename)
         if not path.is_file():
             raise UsageError(f"file {filename} not found")
-        text, source = path.read_text(), filename
+        try:
+            text, source = path.read_text(), filename
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {filename}: {exc}") from None
     docs = load_model_deployments(text, source)
     for _, md in docs:
         if namespace and md.metadata.namespace and md.metadata.namespace != namespace:
@@ -133,7 +136,7 @@ async def _get(kube: Kube, name: str | None, all_namespaces: bool, output: Outpu
     if name:
         raws = [await kube.get(name)]
     else:
-        raws = await kube.list(all_namespaces=all_namespaces)
+        raws = await kube.list_objects(all_namespaces=all_namespaces)
     if output is not Output.TABLE:
         emit(render.clean(raws[0]) if name else render.as_list(raws), output)
         return
