@@ -13,13 +13,12 @@ from paged_engine.loader.hf import load_hf_model
 from paged_engine.sampling_params import SamplingParams
 from paged_engine.worker.kv_cache import plan_kv_cache
 from paged_engine.worker.model_runner import ModelRunner
-from paged_engine.worker.sampling import GreedySampler
 
 
 def make_runner(folder, block_size: int = 8, num_blocks: int = 512, max_model_len: int = 128, max_num_reqs: int = 16):
     model, _ = load_hf_model(folder)
     plan = plan_kv_cache(model, block_size, torch.float32, max_model_len, num_blocks=num_blocks)
-    return ModelRunner(model, plan, get_backend("reference"), GreedySampler(), max_num_reqs, max_model_len)
+    return ModelRunner(model, plan, get_backend("reference"), max_num_reqs, max_model_len)
 
 
 def run_manual(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, budget: int = 1000) -> list[list[int]]:

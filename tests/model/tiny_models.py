@@ -73,3 +73,18 @@ def save_tiny_model(arch: str, folder: Path, seed: int = 0) -> Path:
     model.config.architectures = [type(model).__name__]
     model.save_pretrained(folder, safe_serialization=True)
     return folder
+
+
+def save_tiny_tokenizer(folder: Path) -> None:
+    """A word-level tokenizer over ``t0 .. t127`` (ids 0-2 are pad/bos/eos), so text prompts work too."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<pad>": 0, "<bos>": 1, "<eos>": 2, **{f"t{i}": i for i in range(3, VOCAB)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.add_special_tokens(["<pad>", "<bos>", "<eos>"])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "add_bos_token": False}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
+
 from paged_engine.models.decoder import DecoderForCausalLM
 from paged_engine.models.registry import build_model
-from safetensors import safe_open
 
 logger = logging.getLogger(__name__)
 

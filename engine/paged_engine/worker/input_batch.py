@@ -10,20 +10,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from paged_engine.core.outputs import BlockIds, NewRequestData
-from paged_engine.sampling_params import SamplingParams
+from paged_engine.sample import SamplingRow
 
 
 @dataclass
 class RowState:
     req_id: str
-    sampling_params: SamplingParams
     num_prompt_tokens: int
-    output_token_ids: list[int]
+    sampling: SamplingRow  # params, token history and seeded generator, as the sampler wants them
 
 
 class InputBatch:
-    def __init__(self, max_num_reqs: int, max_model_len: int, block_size: int, num_groups: int) -> None:
+    def __init__(
+        self, max_num_reqs: int, max_model_len: int, block_size: int, num_groups: int, device: str = "cpu"
+    ) -> None:
+        self.device = device
         self.max_num_reqs = max_num_reqs
         self.max_model_len = max_model_len
         self.block_size = block_size
@@ -55,9 +58,9 @@ class InputBatch:
             raise ValueError(f"request {new.req_id!r} has {len(tokens)} tokens, max_model_len is {self.max_model_len}")
         row = self._free_rows.pop()
         self.rows[new.req_id] = row
-        self.states[row] = RowState(
-            new.req_id, new.sampling_params, len(new.prompt_token_ids), list(new.output_token_ids)
-        )
+        sampling = SamplingRow.create(new.sampling_params, list(new.prompt_token_ids), self.device)
+        sampling.output_token_ids.extend(new.output_token_ids)
+        self.states[row] = RowState(new.req_id, len(new.prompt_token_ids), sampling)
         self.token_ids[row, : len(tokens)] = tokens
         self.num_tokens[row] = len(tokens)
         self.num_computed_tokens[row] = new.num_computed_tokens
@@ -95,4 +98,4 @@ class InputBatch:
         self.num_tokens[row] = n + 1
         state = self.states[row]
         assert state is not None
-        state.output_token_ids.append(token_id)
+        state.sampling.output_token_ids.append(token_id)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
 from paged_engine.core.kv_cache_spec import (
     FullAttentionSpec,
     KVCacheConfig,

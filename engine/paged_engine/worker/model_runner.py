@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
 from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
 from paged_engine.core.outputs import ModelRunnerOutput, SchedulerOutput
 from paged_engine.models.decoder import DecoderForCausalLM
+from paged_engine.sample import Sampler, SamplingMetadata
 from paged_engine.worker.input_batch import InputBatch
 from paged_engine.worker.kv_cache import KVCachePlan, allocate_kv_caches
-from paged_engine.worker.sampling import RowSampler
 
 
 @dataclass
@@ -37,22 +38,23 @@ class ModelRunner:
         model: DecoderForCausalLM,
         plan: KVCachePlan,
         backend: AttentionBackend,
-        sampler: RowSampler,
         max_num_reqs: int,
         max_model_len: int,
+        eos_token_ids: list[int] | tuple[int, ...] = (),
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> None:
         self.model = model
         self.plan = plan
         self.backend = backend
-        self.sampler = sampler
+        self.sampler = Sampler()
+        self.eos_token_ids = tuple(eos_token_ids)
         self.device = torch.device(device)
         self.block_size = plan.config.block_size
         self.kv_caches = allocate_kv_caches(model, plan, dtype, self.device)
         for layer in model.attention_layers:
             layer.backend = backend
-        self.batch = InputBatch(max_num_reqs, max_model_len, self.block_size, len(plan.config.groups))
+        self.batch = InputBatch(max_num_reqs, max_model_len, self.block_size, len(plan.config.groups), str(device))
 
     # --- state updates ------------------------------------------------------------------------------------
 
@@ -132,13 +134,15 @@ class ModelRunner:
             return result
         logits = self.model.compute_logits(hidden[inputs.logits_indices])
         states = [self.batch.states[int(row)] for row in inputs.sample_rows]
-        assert all(state is not None for state in states)
-        sampled = self.sampler.sample(logits, states)
-        for i, (row, state) in enumerate(zip(inputs.sample_rows, states, strict=True)):
+        rows = [state.sampling for state in states if state is not None]
+        metadata = SamplingMetadata.build(rows, self.model.spec.vocab_size, self.eos_token_ids, self.device)
+        sampled = self.sampler(logits, metadata)
+        token_ids = sampled.sampled_token_ids.tolist()
+        logprobs = sampled.logprobs_per_row(metadata)
+        for row, state, token, row_logprobs in zip(inputs.sample_rows, states, token_ids, logprobs, strict=True):
             assert state is not None
-            token = int(sampled.token_ids[i])
             self.batch.append_token(int(row), token)
             result.sampled_token_ids[state.req_id] = [token]
-            if sampled.logprobs is not None and sampled.logprobs[i] is not None:
-                result.logprobs[state.req_id] = [sampled.logprobs[i]]
+            if row_logprobs is not None:
+                result.logprobs[state.req_id] = [row_logprobs]
         return result

@@ -1,0 +1,1 @@
+"""Engine front-ends: the pure step loop (:class:`EngineCore`) and the tokenising front-end (:class:`LLMEngine`)."""

@@ -1,0 +1,106 @@
+"""The engine core: the pure step loop ``schedule() -> execute_model() -> update_from_output()``.
+
+It owns the scheduler and the model runner and nothing else (no tokenizer, no text), so the offline ``LLM``
+calls it in-process and the server runs it in its own process behind a queue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from paged_engine.attention import get_backend
+from paged_engine.core import EngineCoreOutput, Request, Scheduler, SchedulerConfig, SchedulerStats
+from paged_engine.engine.config import EngineConfig
+from paged_engine.loader.hf import load_hf_model
+from paged_engine.worker.kv_cache import plan_kv_cache
+from paged_engine.worker.model_runner import ModelRunner
+
+logger = logging.getLogger(__name__)
+
+
+def eos_token_ids(folder: Path, config: object) -> list[int]:
+    """Every id that ends generation: ``generation_config.json`` first, then ``config.json``'s."""
+    ids: list[int] = []
+    gen = folder / "generation_config.json"
+    sources = [json.loads(gen.read_text()).get("eos_token_id")] if gen.is_file() else []
+    sources.append(getattr(config, "eos_token_id", None))
+    for value in sources:
+        for token in [value] if isinstance(value, int) else list(value or []):
+            if token not in ids:
+                ids.append(int(token))
+    return ids
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, model_folder: Path) -> None:
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
+        self.config = config
+        model, hf_config = load_hf_model(model_folder, dtype=config.torch_dtype, device=config.device)
+        self.model = model
+        self.eos_token_ids = eos_token_ids(model_folder, hf_config)
+        self.max_model_len = config.max_model_len or model.spec.max_position_embeddings
+        plan = plan_kv_cache(
+            model,
+            config.block_size,
+            config.torch_dtype,
+            self.max_model_len,
+            kv_cache_memory=config.kv_cache_memory,
+            num_blocks=config.num_kv_blocks,
+            device=config.device,
+        )
+        logger.info(
+            "KV cache: %d blocks of %d tokens, %d groups of %d layers, %.1f MiB",
+            plan.config.num_blocks,
+            plan.config.block_size,
+            len(plan.config.groups),
+            plan.group_size,
+            plan.total_bytes / 2**20,
+        )
+        self.kv_cache_plan = plan
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_num_seqs=config.max_num_seqs,
+                max_model_len=self.max_model_len,
+                long_prefill_token_threshold=config.long_prefill_token_threshold,
+                enable_prefix_caching=config.enable_prefix_caching,
+            ),
+            plan.config,
+        )
+        self.runner = ModelRunner(
+            model,
+            plan,
+            get_backend(config.attention_backend),
+            max_num_reqs=config.max_num_seqs,
+            max_model_len=self.max_model_len,
+            eos_token_ids=self.eos_token_ids,
+            dtype=config.torch_dtype,
+            device=config.device,
+        )
+        self.last_stats: SchedulerStats | None = None
+        self.num_preemptions = 0
+
+    def add_request(self, request: Request) -> None:
+        """Queue ``request``; invalid ones raise (``RequestValidationError``) and change nothing."""
+        self.scheduler.add_request(request)
+
+    def abort_requests(self, request_ids: Iterable[str]) -> list[EngineCoreOutput]:
+        return self.scheduler.abort(request_ids)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    def step(self) -> list[EngineCoreOutput]:
+        """One scheduler step and one forward pass; returns what changed per request."""
+        scheduler_output = self.scheduler.schedule()
+        runner_output = self.runner.execute_model(scheduler_output)
+        result = self.scheduler.update_from_output(scheduler_output, runner_output)
+        self.last_stats = result.stats
+        self.num_preemptions += result.stats.num_preemptions
+        return result.outputs

