@@ -205,3 +205,14 @@ def test_mismatched_block_sizes_are_refused():
     config = KVCacheConfig(8, (KVCacheGroup(FullAttentionSpec(4), ("a",)), KVCacheGroup(FullAttentionSpec(8), ("b",))))
     with pytest.raises(ValueError, match="one block size: got 8 and 4"):
         KVCacheManager(config)
+
+
+def test_prefix_counters_count_taken_lookups_in_tokens():
+    kv = manager()
+    prefill(kv, request(kv, "a", list(range(12))))
+    assert (kv.prefix_queries, kv.prefix_hits) == (12, 0)
+    b = request(kv, "b", list(range(12)))
+    kv.get_computed_blocks(b)  # a lookup whose result is not taken counts nothing
+    assert (kv.prefix_queries, kv.prefix_hits) == (12, 0)
+    prefill(kv, b)
+    assert (kv.prefix_queries, kv.prefix_hits) == (24, 8)

@@ -116,3 +116,16 @@ def test_hybrid_groups_serve_prefix_hits_valid_for_every_group():
     assert window_ids[:13] == [0] * 13 and 0 not in window_ids[13:]  # only tokens 53.. are attended to
     run_until_done(scheduler, runner)  # the fake runner checks every attended token's KV
     assert scheduler.kv.usage == 0.0
+
+
+def test_requests_are_validated_against_their_sliding_window_footprint():
+    settings = {"num_blocks": 100, "block_size": BS, "max_model_len": 400, "max_num_batched_tokens": 32}
+    prompt = [i % 89 for i in range(290)]
+    two_full = make_scheduler(windows=(None, None), **settings)
+    with pytest.raises(RequestValidationError, match="needs up to 150 KV blocks"):
+        two_full.add_request(new_request("r", prompt, max_tokens=11))
+    # Full group: 75 blocks; window group: its window plus one chunk, ceil((15 + 32) / 4) + 1 = 13 blocks.
+    hybrid = make_scheduler(windows=(None, 16), **settings)
+    hybrid.add_request(new_request("r", prompt, max_tokens=11))
+    run_until_done(hybrid, FakeRunner(hybrid.kv.config))
+    assert hybrid.kv.usage == 0.0

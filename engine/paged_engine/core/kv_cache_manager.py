@@ -53,6 +53,10 @@ class KVCacheManager:
         self.block_hasher = BlockHasher(block_size, hash_algorithm) if enable_caching else None
         self._num_cached_blocks: dict[str, int] = {}  # per request: leading blocks already registered
         self._group_range = range(len(self.groups))
+        # Prefix-cache counters in tokens, cumulative. Counted when a lookup's result is taken by
+        # allocate_slots, so a request retried at the head of the queue is counted once.
+        self.prefix_queries = 0
+        self.prefix_hits = 0
 
     # ---- capacity ---------------------------------------------------------------------------------------
     @property
@@ -158,6 +162,9 @@ class KVCacheManager:
             if pair is not None:
                 copies.append(pair)
             new_ids.append([b.block_id for b in manager.allocate_new_blocks(req_id, num_computed, num_tokens)])
+        if computed is not None:
+            self.prefix_queries += request.num_tokens
+            self.prefix_hits += computed.num_tokens
         if computed is not None and computed.num_tokens:
             # The runner has never seen the hit blocks either: report them as appended too.
             new_ids = [[b.block_id for b in hits] + ids for hits, ids in zip(hit_blocks, new_ids, strict=True)]

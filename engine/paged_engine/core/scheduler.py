@@ -59,8 +59,8 @@ class Scheduler:
         self._finished_ids: set[str] = set()  # to report in the next SchedulerOutput
         # Counters of the current step, reported and reset by update_from_output.
         self._step_preemptions = 0
-        self._step_queries = 0
-        self._step_hits = 0
+        self._reported_queries = 0  # prefix-cache counters of the KV-cache manager already reported
+        self._reported_hits = 0
 
     # ---- queries ----------------------------------------------------------------------------------------
     @property
@@ -218,9 +218,6 @@ class Scheduler:
             if allocation is None:
                 break
             self.waiting.pop()
-            if computed is not None:
-                self._step_queries += request.num_tokens
-                self._step_hits += computed.num_tokens
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed
             request.num_computed_tokens = num_computed
@@ -452,15 +449,16 @@ class Scheduler:
             num_waiting=len(self.waiting),
             kv_cache_usage=self.kv.usage,
             num_preemptions=self._step_preemptions,
-            prefix_cache_queries=self._step_queries,
-            prefix_cache_hits=self._step_hits,
+            prefix_cache_queries=self.kv.prefix_queries - self._reported_queries,
+            prefix_cache_hits=self.kv.prefix_hits - self._reported_hits,
             num_scheduled_tokens=scheduler_output.total_num_scheduled_tokens,
             num_prompt_tokens=num_prompt_tokens,
             num_generation_tokens=num_generated,
             max_num_seqs=self.config.max_num_seqs,
             max_num_batched_tokens=self.config.max_num_batched_tokens,
         )
-        self._step_preemptions = self._step_queries = self._step_hits = 0
+        self._step_preemptions = 0
+        self._reported_queries, self._reported_hits = self.kv.prefix_queries, self.kv.prefix_hits
         return stats
 
     def reset_prefix_cache(self) -> bool:
