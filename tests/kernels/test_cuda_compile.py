@@ -1,0 +1,90 @@
+"""Every csrc/cuda/*.cu compiles for sm_90 with nvcc against the installed torch headers.
+
+There is no GPU in CI, so this is how the CUDA kernels are kept building. nvcc comes from the CUDA toolkit when
+one is installed, else from the `nvidia-cuda-nvcc` wheel in the dev dependencies. A successful compile is
+remembered by a hash of the sources, flags and compiler, since compiling against torch's headers takes a minute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from paged_engine.attention import _build
+from torch.utils import cpp_extension
+
+ARCH = "90"
+
+
+def find_nvcc() -> Path | None:
+    candidates = [shutil.which("nvcc")]
+    if cpp_extension.CUDA_HOME:
+        candidates.append(str(Path(cpp_extension.CUDA_HOME, "bin", "nvcc")))
+    try:
+        import nvidia
+
+        candidates += [str(Path(p, "cu13", "bin", "nvcc")) for p in nvidia.__path__]
+    except ImportError:
+        pass
+    return next((Path(c) for c in candidates if c and Path(c).exists()), None)
+
+
+NVCC = find_nvcc()
+SOURCES = _build.cuda_sources()
+
+
+def nvcc_command(source: Path, output: Path) -> list[str]:
+    includes = [f"-I{p}" for p in cpp_extension.include_paths()]
+    return [
+        str(NVCC),
+        "-c",
+        str(source),
+        "-o",
+        str(output),
+        "-std=c++20",
+        "-O3",
+        "--use_fast_math",
+        *_build.cuda_arch_flags(ARCH),
+        "-Xcompiler",
+        "-fPIC",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}",
+        *cpp_extension.COMMON_NVCC_FLAGS,  # what torch's own extension builds pass (the JIT build adds them too)
+        "-Werror=all-warnings",
+        *includes,
+    ]
+
+
+def compile_key(source: Path) -> str:
+    digest = hashlib.sha256(" ".join(nvcc_command(source, Path("out.o"))).encode())
+    digest.update(subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout.encode())
+    for path in sorted(_build.CSRC.rglob("*")):
+        if path.suffix in {".h", ".cuh", ".cu"}:
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def test_there_are_cuda_sources() -> None:
+    assert SOURCES, f"no .cu files under {_build.CSRC / 'cuda'}"
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found: install the dev dependencies (nvidia-cuda-nvcc)")
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_cu_file_compiles_for_sm90(source: Path, tmp_path: Path) -> None:
+    stamp = _build.CACHE_ROOT / "nvcc-check" / f"{source.stem}-{compile_key(source)}.ok"
+    if stamp.exists():
+        return
+    result = subprocess.run(
+        ["nice", *nvcc_command(source, tmp_path / f"{source.stem}.o")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{NVCC.parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+    )
+    assert result.returncode == 0, f"nvcc failed on {source.name}:\n{result.stderr[-6000:]}"
+    assert (tmp_path / f"{source.stem}.o").stat().st_size > 0
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.touch()
