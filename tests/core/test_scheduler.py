@@ -287,3 +287,31 @@ def test_stats_count_prompt_and_generation_tokens():
         totals["gen"] += result.stats.num_generation_tokens
         totals["scheduled"] += result.stats.num_scheduled_tokens
     assert totals == {"prompt": 10, "gen": 3, "scheduled": 12}
+
+
+def test_preempted_request_resumes_with_its_outputs_and_hits_its_own_blocks():
+    # 8 usable blocks: three 8-token prompts take 6; in step 2 each needs a third block, so c preempts itself.
+    scheduler = make_scheduler(num_blocks=9, block_size=BS, max_num_seqs=3, max_model_len=24)
+    runner = FakeRunner(scheduler.kv.config)
+    for name, max_tokens in (("a", 8), ("b", 2), ("c", 8)):
+        scheduler.add_request(new_request(name, [ord(name)] * 8, max_tokens=max_tokens))
+    step(scheduler, runner)
+    out, _ = step(scheduler, runner)  # b finishes: its blocks make room for c's return
+    assert out.preempted_req_ids == {"c"}
+    victim = scheduler.get_request("c")
+    produced = victim.output_token_ids
+    assert len(produced) == 1 and victim.num_computed_tokens == 0
+    for _ in range(20):
+        out, _ = step(scheduler, runner)
+        resumed = [r for r in out.new_requests if r.req_id == "c"]
+        if resumed:
+            break
+    else:
+        raise AssertionError("c never resumed")
+    (data,) = resumed
+    assert data.output_token_ids == produced
+    assert data.prompt_token_ids == [ord("c")] * 8
+    # Its two full prompt blocks were cached before it was preempted and were not reused since.
+    assert data.num_computed_tokens == 8
+    assert out.num_scheduled_tokens["c"] == 1
+    run_until_done(scheduler, runner)
