@@ -6,24 +6,26 @@ own. The rule, first match wins:
 ====  =====================================================  ==========================================
 rule  situation                                              verdict
 ====  =====================================================  ==========================================
-R1    autoscaler scales up in panic (a burst)                scale: a budget cannot absorb 2× load
-R2    tuner proposes a change, autoscaler wants to scale up  tune first (instant, free, reversible),
+R1    tuner proposes a change, autoscaler wants to scale up  tune first (instant, free, reversible),
                                                              unless scale-up has been deferred for
                                                              ``max_scale_up_deferral_s`` → scale
-R3    tuner proposes a change, no scale-up wanted            tune; a wanted scale-down is dropped
-R4    tuner mid-adjustment (in its cool-down), scale-up      defer, to see whether the change fixed it,
+R2    tuner proposes a change, no scale-up wanted            tune; a wanted scale-down is dropped
+R3    tuner mid-adjustment (in its cool-down), scale-up      in panic (a burst) → scale now; otherwise
+                                                             defer, to see whether the change fixed it,
                                                              unless deferred too long → scale
-R5    tuner mid-adjustment, scale-down                       hold: the metrics still reflect the old
+R4    tuner mid-adjustment, scale-down                       hold: the metrics still reflect the old
                                                              budget, so the scale-down may be wrong
-R6    otherwise, the autoscaler wants a change               scale
-R7    nothing wanted                                         none
+R5    otherwise, the autoscaler wants a change               scale
+R6    nothing wanted                                         none
 ====  =====================================================  ==========================================
 
 Why tune first: a preemption storm with KV near full is fixed in seconds by running fewer
-sequences, while a new replica takes minutes to load; idle KV with a queue is fixed by running
-more. If the tuner's change was not enough the queue keeps growing, the autoscaler keeps asking,
-and the deferral bound guarantees the scale-up happens no later than ``max_scale_up_deferral_s``
-after it was first wanted. Scale-down is never urgent, so it always yields.
+sequences, and idle KV with a queue behind a binding ``max_num_seqs`` by running more, while a new
+replica takes minutes to load. If the change was not enough the queue keeps growing, the
+autoscaler keeps asking, and the scale-up happens once the tuner's cool-down shows it (or, at the
+latest, ``max_scale_up_deferral_s`` after it was first wanted). A burst (panic) waits at most one
+decision: the tuner's change goes first, the scale-up follows at the next decision without waiting
+for the cool-down. Scale-down is never urgent, so it always yields.
 """
 
 from __future__ import annotations
@@ -94,24 +96,24 @@ def arbitrate(
             ArbiterState(since),
         )
 
-    if wants_up and scale.panic:
-        return scale_to("R1", "burst: scaling up before any budget change")
     if tune.budgets is not None:
         if overdue:
-            return scale_to("R2", f"scale-up deferred {spec.max_scale_up_deferral_s:g} s behind budget tuning")
-        verdict = Verdict(Action.TUNE, "R2" if wants_up else "R3", _tune_reason(tune, scale), budgets=tune.budgets)
+            return scale_to("R1", f"scale-up deferred {spec.max_scale_up_deferral_s:g} s behind budget tuning")
+        verdict = Verdict(Action.TUNE, "R1" if wants_up else "R2", _tune_reason(tune, scale), budgets=tune.budgets)
         return verdict, ArbiterState(since)
     if tuner_cooling and wants_up:
+        if scale.panic:
+            return scale_to("R3", "burst: scaling up without waiting for the budget change to settle")
         if overdue:
-            return scale_to("R4", f"budget change did not suffice within {spec.max_scale_up_deferral_s:g} s")
-        return defer("R4", "waiting for the last budget change to take effect")
+            return scale_to("R3", f"budget change did not suffice within {spec.max_scale_up_deferral_s:g} s")
+        return defer("R3", "waiting for the last budget change to take effect")
     if tuner_cooling and wants_down:
         return Verdict(
-            Action.NONE, "R5", f"no scale-down while a budget change settles: {scale.reason}"
+            Action.NONE, "R4", f"no scale-down while a budget change settles: {scale.reason}"
         ), ArbiterState()
     if scale.change != 0:
-        return scale_to("R6", "scaling")
-    return Verdict(Action.NONE, "R7", f"{tune.reason}; {scale.reason}"), ArbiterState()
+        return scale_to("R5", "scaling")
+    return Verdict(Action.NONE, "R6", f"{tune.reason}; {scale.reason}"), ArbiterState()
 
 
 def _tune_reason(tune: TuneDecision, scale: ScaleDecision) -> str:

@@ -4,7 +4,10 @@ Borrowed ideas (re-derived, not copied): the HPA's ``desired = ceil(ready × val
 signal with a tolerance band and asymmetric stabilisation windows, and Knative's panic mode.
 
 * **Signals.** KV-cache utilisation, waiting requests per replica, preemptions per second per
-  replica and (optionally) TTFT p95 against an SLO. Each is turned into a *demand* in replicas
+  replica, (optionally) TTFT p95 against an SLO, and the use of the ``max_num_seqs`` budget
+  (running / max_num_seqs, held to the KV target: when the budget caps the batch below what KV
+  allows, KV usage understates load, a scale-down "to target" overloads the rest and the fleet
+  flaps, as the simulation showed). Each is turned into a *demand* in replicas
   (``ready × value / target``); the largest demand wins, because any one saturated resource is
   enough to hurt users.
 * **Missing pods are not idle pods.** Per-replica values are means over the pods that answered,
@@ -35,7 +38,7 @@ from paged_operator.metrics import FleetView
 
 _EPS = 1e-9
 #: Signals that measure load arriving (a burst); preemptions are left out (see the module docstring).
-BURST_SIGNALS = frozenset({"kv_cache_usage", "waiting_per_replica", "ttft_p95_seconds"})
+BURST_SIGNALS = frozenset({"kv_cache_usage", "seq_budget_usage", "waiting_per_replica", "ttft_p95_seconds"})
 
 
 class ScalingLimit(StrEnum):
@@ -56,6 +59,7 @@ class AutoscalingPolicySpec:
     target_waiting_per_replica: requests queued in one engine's scheduler that are acceptable.
     target_preemption_rate: recompute preemptions per second per replica that are acceptable.
     ttft_p95_slo_s: optional time-to-first-token p95 objective; None ignores TTFT.
+    queue_drain_s: time in which replicas added for a queue above target should work off its excess.
     tolerance: relative dead band around capacity in which no change is made (0.1 = ±10 %).
     stabilization_window_up_s: a scale-up must be wanted for this long (the minimum recommendation
         over the window is taken). 0 acts on the latest sample.
@@ -73,6 +77,7 @@ class AutoscalingPolicySpec:
     target_waiting_per_replica: float = 4.0
     target_preemption_rate: float = 0.5
     ttft_p95_slo_s: float | None = None
+    queue_drain_s: float = 120.0
     tolerance: float = 0.1
     stabilization_window_up_s: float = 30.0
     stabilization_window_down_s: float = 300.0
@@ -92,7 +97,7 @@ class AutoscalingPolicySpec:
             )
         if not 0.0 < self.target_kv_usage <= 1.0:
             raise ValueError(f"target_kv_usage must be in (0, 1], got {self.target_kv_usage}")
-        for name in ("target_waiting_per_replica", "target_preemption_rate", "panic_window_s"):
+        for name in ("target_waiting_per_replica", "target_preemption_rate", "panic_window_s", "queue_drain_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.ttft_p95_slo_s is not None and not self.ttft_p95_slo_s > 0:
@@ -176,24 +181,78 @@ class ScaleDecision:
         return self.desired - self.current
 
 
-def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int) -> tuple[Signal, ...]:
-    """Per-signal demand in replicas on ``ready`` replicas; signals without data yet (rates, TTFT) are left out."""
-    readings: list[tuple[str, float | None, float]] = [
-        ("kv_cache_usage", view.kv_usage_mean, spec.target_kv_usage),
-        ("waiting_per_replica", view.waiting_per_replica, spec.target_waiting_per_replica),
-        ("preemption_rate", view.preemption_rate_per_replica, spec.target_preemption_rate),
+def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int, starting: int = 0) -> tuple[Signal, ...]:
+    """Per-signal demand in replicas on ``ready`` replicas; signals without data yet (rates, TTFT) are left out.
+
+    Preemptions are not proportional to missing capacity (they vanish once sequences fit), and while
+    pods are starting they are expected on the pods carrying the load: so with pods starting their
+    demand is capped at ready + starting (the credit), otherwise it is proportional and step-limited.
+    """
+    usage_target = spec.target_kv_usage
+    signals = [
+        Signal("kv_cache_usage", view.kv_usage_mean, usage_target, ready * view.kv_usage_mean / usage_target),
+        _queue_signal(spec, view, ready, starting),
     ]
-    if spec.ttft_p95_slo_s is not None:
-        readings.append(("ttft_p95_seconds", view.ttft_p95_s, spec.ttft_p95_slo_s))
-    return tuple(
-        Signal(name, value, target, ready * value / target) for name, value, target in readings if value is not None
-    )
+    if view.seq_budget_usage is not None:
+        slots = view.seq_budget_usage
+        signals.append(Signal("seq_budget_usage", slots, usage_target, ready * slots / usage_target))
+    rate = view.preemption_rate_per_replica
+    if rate is not None:
+        demand = ready * rate / spec.target_preemption_rate
+        signals.append(
+            Signal(
+                "preemption_rate",
+                rate,
+                spec.target_preemption_rate,
+                min(demand, ready + starting) if starting else demand,
+            )
+        )
+    if spec.ttft_p95_slo_s is not None and view.ttft_p95_s is not None:
+        slo = spec.ttft_p95_slo_s
+        signals.append(Signal("ttft_p95_seconds", view.ttft_p95_s, slo, ready * view.ttft_p95_s / slo))
+    return tuple(signals)
+
+
+def _queue_signal(spec: AutoscalingPolicySpec, view: FleetView, ready: int, starting: int) -> Signal:
+    """Demand from the scheduler queues.
+
+    A queue above target says *that* capacity is missing; its length says little about *how much*,
+    since it keeps growing for as long as capacity is short (e.g. while new pods load the model), and
+    reading it as ``ready × waiting / target`` overshoots badly. So:
+
+    * below target: that ratio (at most the ready count, so it never asks for more);
+    * above target, with completions observed: the fleet's arrival rate over what one replica serves
+      (the fastest pod's completion rate: a saturated pod completes at capacity), plus enough to work
+      off the median pod's excess backlog within ``queue_drain_s`` (a queue stuck on one engine
+      cannot move to new replicas). A queue that grows needs ``arrival / served`` replicas however
+      long it already is; one that no longer grows needs only the drain term. While pods are
+      starting the drain term is left out: they will take their share of new arrivals, and the
+      backlog is judged again once they serve;
+    * above target without completions yet (first round): one replica more than are ready.
+    """
+    waiting, target = view.waiting_per_replica, spec.target_waiting_per_replica
+    arrival, served = view.arrival_rate_per_replica, view.completion_rate_peak
+    if waiting <= target:
+        return Signal("waiting_per_replica", waiting, target, ready * waiting / target)
+    if arrival is None or not served:
+        # No completions observed yet (first round after a restart): more is needed, how much is unknown.
+        return Signal("waiting_per_replica", waiting, target, ready + 1.0)
+    backlog = max(0.0, view.waiting_median - target) * ready
+    drain = backlog / (served * spec.queue_drain_s) if starting == 0 else 0.0
+    return Signal("waiting_per_replica", waiting, target, ready * arrival / served + drain)
 
 
 def _replicas_for(demand: float, capacity: int, tolerance: float) -> int:
-    """Round demand up to replicas, but keep the capacity when demand is within the tolerance band around it."""
+    """Round demand up to replicas, keeping the capacity when demand is within the tolerance band around it.
+
+    A scale-down keeps ``tolerance`` headroom: utilisation is not linear in load near saturation (queues
+    and preemptions grow faster than load), so a count projected to land exactly on target after the
+    scale-down would land above it and scale back up: flapping.
+    """
     if capacity > 0 and abs(demand / capacity - 1.0) <= tolerance:
         return capacity
+    if demand < capacity:
+        return min(capacity, max(0, math.ceil(demand * (1.0 + tolerance) - _EPS)))
     return max(0, math.ceil(demand - _EPS))
 
 
@@ -230,7 +289,7 @@ def decide(
         ), held
 
     degraded = view.degraded
-    signals = compute_signals(spec, view, ready)
+    signals = compute_signals(spec, view, ready, starting)
     top = max(signals, key=lambda s: s.demand)
     raw = spec.clamp(_replicas_for(top.demand, capacity, spec.tolerance))
     burst_demand = max((s.demand for s in signals if s.name in BURST_SIGNALS), default=0.0)
@@ -252,7 +311,8 @@ def decide(
 
     notes: list[str] = []
     if panic:
-        target = max(capacity, raw)
+        # Sized by the load signals: preemptions scale up only through the stabilised path.
+        target = max(capacity, spec.clamp(_replicas_for(burst_demand, capacity, spec.tolerance)))
         notes.append("panic: burst of demand, scaling up without waiting, no scale-down")
     else:
         up = min(r.replicas for r in within(spec.stabilization_window_up_s))

@@ -6,11 +6,17 @@ for the problems it can fix (see ``arbiter``).
 
 ``max_num_seqs`` (how many requests run concurrently) is AIMD, like TCP congestion control:
 
-* **Lower multiplicatively** on a preemption storm — preemption rate above threshold *and* KV usage
-  at or above the high-water mark. Too many running sequences compete for KV blocks and the engine
-  recomputes evicted ones, wasting compute; fewer sequences fit without thrashing.
-* **Raise additively** when KV usage is below the low-water mark and requests wait: memory is idle
-  while users queue.
+* **Lower multiplicatively** on a preemption storm — preemption rate above threshold *and* the
+  fullest pod's KV usage at or above the high-water mark. Too many running sequences compete for
+  KV blocks and the engine recomputes evicted ones, wasting compute; fewer sequences fit.
+* **Raise additively** when requests wait without preemptions and memory has room: every pod's
+  KV usage is below the low-water mark, or the budget itself binds (running sequences at
+  ``BUDGET_BOUND_FRACTION`` of ``max_num_seqs`` or more) and KV usage is below the high-water mark.
+  The second case matters: a budget that caps the batch keeps KV usage just where it is, so
+  waiting for the low-water mark would leave the queue to the autoscaler, whose replicas would
+  each be held back by the same cap. While the budget binds with KV below the low-water mark the
+  raise goes in one step to the budget projected to bring KV usage to that mark (KV usage grows
+  with the running batch), not by ``increase_step`` per cool-down.
 * **Hysteresis**: between the water marks nothing changes, every change is followed by a cool-down
   (time for the fleet to show its effect), and after a storm the level that caused it is
   remembered for ``storm_memory_s``: raises stop one step below it instead of sawing back into it.
@@ -35,6 +41,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from paged_operator.metrics import FleetView
+
+#: Running sequences per replica at or above this share of ``max_num_seqs`` mean the budget binds.
+BUDGET_BOUND_FRACTION = 0.9
 
 
 @dataclass(frozen=True)
@@ -176,7 +185,9 @@ def decide(spec: BudgetSpec, state: TunerState, view: FleetView | None, now: flo
     if left > 0:
         return TuneDecision(None, f"cooling down after the last change ({left:.0f} s left)")
 
-    rate, kv, waiting = view.preemption_rate_per_replica, view.kv_usage_mean, view.waiting_per_replica
+    # The fullest pod's KV: preemptions happen only where KV is full, and one pod thrashing (uneven load)
+    # shows that the shared budget is too high for it; raising needs every pod to have room.
+    rate, kv, waiting = view.preemption_rate_per_replica, view.kv_usage_max, view.waiting_per_replica
     seqs, tokens = current.max_num_seqs, current.max_num_batched_tokens
     idle_note = ""
     if rate > spec.preemption_rate_threshold and kv >= spec.kv_high_water:
@@ -189,12 +200,23 @@ def decide(spec: BudgetSpec, state: TunerState, view: FleetView | None, now: flo
             return TuneDecision(None, f"{why}, but max_num_seqs is at its lower bound {spec.min_num_seqs}")
         return TuneDecision(Budgets(lowered, tokens), f"{why}: max_num_seqs {seqs} → {lowered}", TuneKind.LOWER_SEQS)
 
-    if kv < spec.kv_low_water and waiting >= spec.min_waiting_per_replica and rate <= spec.preemption_rate_threshold:
-        why = f"KV usage {kv:.2f} < {spec.kv_low_water:g} with {waiting:.3g} requests waiting per replica"
+    bound = view.running_per_replica >= BUDGET_BOUND_FRACTION * seqs
+    roomy = kv < spec.kv_low_water or (bound and kv < spec.kv_high_water)
+    if roomy and waiting >= spec.min_waiting_per_replica and rate <= spec.preemption_rate_threshold:
+        why = (
+            f"KV usage {kv:.2f} < {spec.kv_low_water:g}"
+            if kv < spec.kv_low_water
+            else f"max_num_seqs {seqs} binds ({view.running_per_replica:.3g} running per replica) with KV usage "
+            f"{kv:.2f} < {spec.kv_high_water:g}"
+        ) + f" and {waiting:.3g} requests waiting per replica"
         ceiling = min(spec.max_num_seqs, tokens)
         if state.storm_level is not None and state.storm_until is not None and now < state.storm_until:
             ceiling = min(ceiling, state.storm_level - spec.increase_step)
-        raised = min(ceiling, seqs + spec.increase_step)
+        wanted = seqs + spec.increase_step
+        if bound and 0.0 < kv < spec.kv_low_water:
+            # KV usage grows with the running batch: jump straight to where it would reach the low-water mark.
+            wanted = max(wanted, math.floor(seqs * spec.kv_low_water / kv))
+        raised = min(ceiling, wanted)
         if raised > seqs:
             return TuneDecision(Budgets(raised, tokens), f"{why}: max_num_seqs {seqs} → {raised}", TuneKind.RAISE_SEQS)
         # Memory idles but the sequence budget cannot grow: say so, and try the token budget.

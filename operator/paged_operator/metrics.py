@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ PREFIX_QUERIES = "paged_prefix_cache_queries_total"
 PREFIX_HITS = "paged_prefix_cache_hits_total"
 PROMPT_TOKENS = "paged_prompt_tokens_total"
 GENERATION_TOKENS = "paged_generation_tokens_total"
+FINISHED = "paged_request_success_total"
 TTFT = "paged_time_to_first_token_seconds"
 ITL = "paged_inter_token_latency_seconds"
 MAX_NUM_SEQS = "paged_scheduler_max_num_seqs"
@@ -40,6 +42,7 @@ SCALAR_SERIES = (
     PREFIX_HITS,
     PROMPT_TOKENS,
     GENERATION_TOKENS,
+    FINISHED,
     MAX_NUM_SEQS,
     MAX_NUM_BATCHED_TOKENS,
 )
@@ -121,6 +124,7 @@ class EngineSample:
     prefix_hits_total: float | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
+    finished_total: float | None = None  # all finished_reason values summed
     ttft: Histogram | None = None
     itl: Histogram | None = None
     max_num_seqs: int | None = None
@@ -203,6 +207,7 @@ def sample_from_series(
         prefix_hits_total=scalars.get(PREFIX_HITS),
         prompt_tokens_total=scalars.get(PROMPT_TOKENS),
         generation_tokens_total=scalars.get(GENERATION_TOKENS),
+        finished_total=scalars.get(FINISHED),
         ttft=hist(TTFT),
         itl=hist(ITL),
         max_num_seqs=as_int(MAX_NUM_SEQS),
@@ -266,6 +271,18 @@ class FleetView:
     load); ``ready`` is how many pods Kubernetes reports ready, so ``per_replica × ready`` estimates
     the whole fleet. Rates are per second per replica over ``rate_window_s``; None when no pod has
     two samples in the window yet. Latency quantiles are in seconds over the same window.
+    ``completion_rate_per_replica`` is finished requests per second (mean), ``completion_rate_peak``
+    that of the fastest pod: the best estimate of what one saturated replica serves (a pod that just
+    started or has little work completes less than it could). ``arrival_rate_per_replica``
+    estimates requests arriving per second as completions plus the growth of the pod's queue
+    (waiting + running): unlike the queue length, it does not keep growing while a backlog builds
+    up, so it says how much capacity is missing, not how long it has been missing; it is the fleet's
+    arrival rate divided by ``ready`` (see ``_fleet_arrivals`` for new and silent pods). Both are
+    taken over each pod's last scrape interval, since the split of traffic changes when pods come and go.
+    ``waiting_median`` is the typical pod's queue: a backlog stuck on one pod is not one that more
+    replicas can work off (queued requests do not move between engines).
+    ``seq_budget_usage`` is running sequences over ``max_num_seqs`` (mean of pods that report their
+    budget): the scheduler's other capacity limit besides KV blocks.
     ``degraded``: fewer pods answered than the collection settings require; decisions on this view
     must not scale down (a partial view can hide load, not invent it).
     """
@@ -276,9 +293,14 @@ class FleetView:
     kv_usage_mean: float
     kv_usage_max: float
     running_per_replica: float
+    seq_budget_usage: float | None
     waiting_per_replica: float
+    waiting_median: float
     waiting_total: float
     preemption_rate_per_replica: float | None
+    completion_rate_per_replica: float | None
+    completion_rate_peak: float | None
+    arrival_rate_per_replica: float | None
     prefix_hit_rate: float | None
     ttft_p95_s: float | None
     itl_p95_s: float | None
@@ -319,6 +341,8 @@ def fleet_view(
         return None
     start = now - rate_window_s
     preempt_rates: list[float] = []
+    completion_rates: list[float] = []
+    arrival_rates: list[float] = []
     prefix_queries = prefix_hits = 0.0
     ttft: Histogram | None = None
     itl: Histogram | None = None
@@ -328,6 +352,14 @@ def fleet_view(
             continue
         elapsed = history[-1].time - history[0].time
         preempt_rates.append(counter_increase([s.preemptions_total for s in history]) / elapsed)
+        before, last = history[-2], history[-1]
+        if before.finished_total is not None and last.finished_total is not None:
+            # Over the last interval only: the split of traffic changes whenever pods come and go.
+            span = last.time - before.time
+            done = counter_increase([before.finished_total, last.finished_total])
+            queued = (last.waiting + last.running) - (before.waiting + before.running)
+            completion_rates.append(done / span)
+            arrival_rates.append(max(0.0, done + queued) / span)
         queries = [s.prefix_queries_total for s in history if s.prefix_queries_total is not None]
         hits = [s.prefix_hits_total for s in history if s.prefix_hits_total is not None]
         if len(queries) == len(hits) == len(history):
@@ -336,6 +368,7 @@ def fleet_view(
         ttft = _merge(ttft, _window_histogram([s.ttft for s in history]))
         itl = _merge(itl, _window_histogram([s.itl for s in history]))
     waiting = [s.waiting for s in current]
+    slots = [min(1.0, s.running / s.max_num_seqs) for s in current if s.max_num_seqs]
     return FleetView(
         time=now,
         ready=ready,
@@ -343,15 +376,33 @@ def fleet_view(
         kv_usage_mean=_mean([s.kv_usage for s in current]),
         kv_usage_max=max(s.kv_usage for s in current),
         running_per_replica=_mean([s.running for s in current]),
+        seq_budget_usage=_mean(slots) if slots else None,
         waiting_per_replica=_mean(waiting),
+        waiting_median=statistics.median(waiting),
         waiting_total=sum(waiting),
         preemption_rate_per_replica=_mean(preempt_rates) if preempt_rates else None,
+        completion_rate_per_replica=_mean(completion_rates) if completion_rates else None,
+        completion_rate_peak=max(completion_rates, default=None),
+        arrival_rate_per_replica=_fleet_arrivals(arrival_rates, ready=ready, answered=len(current)),
         prefix_hit_rate=prefix_hits / prefix_queries if prefix_queries > 0 else None,
         ttft_p95_s=histogram_quantile(0.95, ttft) if ttft is not None else None,
         itl_p95_s=histogram_quantile(0.95, itl) if itl is not None else None,
         degraded=is_degraded(len(current), ready, min_reporting_fraction),
         budgets={s.pod: (s.max_num_seqs, s.max_num_batched_tokens) for s in current},
     )
+
+
+def _fleet_arrivals(rates: Sequence[float], *, ready: int, answered: int) -> float | None:
+    """Fleet arrival rate per ready replica from the pods with a rate.
+
+    A pod that answered without a rate yet has just become ready: in the last interval its share of
+    traffic went to the others, so it adds nothing. A pod that did not answer is assumed as busy as
+    the average of those that did (missing is not idle).
+    """
+    if not rates or ready == 0:
+        return None
+    silent = max(0, ready - answered)
+    return sum(rates) * (len(rates) + silent) / len(rates) / ready
 
 
 def _window_histogram(hists: Sequence[Histogram | None]) -> Histogram | None:

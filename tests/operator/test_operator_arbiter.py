@@ -24,20 +24,21 @@ LONG_AGO = ArbiterState(up_deferred_since=0.0)  # with now=200: deferred 200 s >
 @pytest.mark.parametrize(
     ("rule", "scale_d", "tune", "cooling", "state", "action", "replicas", "budgets"),
     [
-        ("R1", PANIC, LOWER, False, ArbiterState(), Action.SCALE, 7, None),
-        ("R1", PANIC, NO_TUNE, True, ArbiterState(), Action.SCALE, 7, None),
-        ("R2", UP, LOWER, False, ArbiterState(), Action.TUNE, None, LOWER.budgets),
-        ("R2", UP, RAISE, False, ArbiterState(), Action.TUNE, None, RAISE.budgets),
-        ("R2", UP, RAISE, False, LONG_AGO, Action.SCALE, 5, None),
-        ("R3", DOWN, RAISE, False, ArbiterState(), Action.TUNE, None, RAISE.budgets),
-        ("R3", HOLD, LOWER, False, ArbiterState(), Action.TUNE, None, LOWER.budgets),
-        ("R4", UP, NO_TUNE, True, ArbiterState(), Action.NONE, None, None),
-        ("R4", UP, NO_TUNE, True, LONG_AGO, Action.SCALE, 5, None),
-        ("R5", DOWN, NO_TUNE, True, ArbiterState(), Action.NONE, None, None),
-        ("R6", UP, NO_TUNE, False, ArbiterState(), Action.SCALE, 5, None),
-        ("R6", DOWN, NO_TUNE, False, ArbiterState(), Action.SCALE, 2, None),
-        ("R7", HOLD, NO_TUNE, False, ArbiterState(), Action.NONE, None, None),
-        ("R7", HOLD, NO_TUNE, True, ArbiterState(), Action.NONE, None, None),
+        ("R1", UP, LOWER, False, ArbiterState(), Action.TUNE, None, LOWER.budgets),
+        ("R1", UP, RAISE, False, ArbiterState(), Action.TUNE, None, RAISE.budgets),
+        ("R1", PANIC, LOWER, False, ArbiterState(), Action.TUNE, None, LOWER.budgets),
+        ("R1", UP, RAISE, False, LONG_AGO, Action.SCALE, 5, None),
+        ("R2", DOWN, RAISE, False, ArbiterState(), Action.TUNE, None, RAISE.budgets),
+        ("R2", HOLD, LOWER, False, ArbiterState(), Action.TUNE, None, LOWER.budgets),
+        ("R3", UP, NO_TUNE, True, ArbiterState(), Action.NONE, None, None),
+        ("R3", PANIC, NO_TUNE, True, ArbiterState(), Action.SCALE, 7, None),
+        ("R3", UP, NO_TUNE, True, LONG_AGO, Action.SCALE, 5, None),
+        ("R4", DOWN, NO_TUNE, True, ArbiterState(), Action.NONE, None, None),
+        ("R5", UP, NO_TUNE, False, ArbiterState(), Action.SCALE, 5, None),
+        ("R5", PANIC, NO_TUNE, False, ArbiterState(), Action.SCALE, 7, None),
+        ("R5", DOWN, NO_TUNE, False, ArbiterState(), Action.SCALE, 2, None),
+        ("R6", HOLD, NO_TUNE, False, ArbiterState(), Action.NONE, None, None),
+        ("R6", HOLD, NO_TUNE, True, ArbiterState(), Action.NONE, None, None),
     ],
 )
 def test_rule_table(rule, scale_d, tune, cooling, state, action, replicas, budgets) -> None:
@@ -59,6 +60,13 @@ def test_deferral_is_bounded_over_time() -> None:
         t += 10
     assert actions[-1] == (120.0, Action.SCALE)
     assert [a for _, a in actions[:-1]].count(Action.TUNE) == 2  # t=0 and t=60
+
+
+def test_a_burst_waits_at_most_one_decision() -> None:
+    verdict, state = arbitrate(SPEC, ArbiterState(), PANIC, LOWER, tuner_cooling=False, now=0)
+    assert verdict.action is Action.TUNE
+    verdict, _ = arbitrate(SPEC, state, PANIC, NO_TUNE, tuner_cooling=True, now=10)
+    assert verdict.action is Action.SCALE and verdict.replicas == 7
 
 
 def test_deferral_clock_resets_when_scale_up_is_no_longer_wanted() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -49,10 +51,44 @@ def test_reason_names_the_winning_signal() -> None:
 
 
 def test_largest_demand_wins() -> None:
-    (d,) = run(SPEC, [{"kv": 0.8, "waiting": 12, "preempt": 0.1}], ready=2)
-    assert d.desired == 6 and d.reason.startswith("waiting_per_replica 12 > target 4 on 2 replicas → 6")
+    # Queue above target, arrivals 3x what a replica serves: 2 x 6/2 = 6 plus the backlog drain term.
+    (d,) = run(SPEC, [{"kv": 0.8, "waiting": 12, "preempt": 0.1, "arrival": 6.0, "completion": 2.0}], ready=2)
+    assert d.reason.startswith("waiting_per_replica 12 > target 4 on 2 replicas → 7")
+    assert d.desired == 6 and d.step_limited  # 3.5x capacity is a burst, but still at most +4 per decision
     (d,) = run(SPEC, [{"kv": 0.8, "waiting": 0, "preempt": 1.5}], ready=2)
     assert d.desired == 6 and d.reason.startswith("preemption_rate")
+
+
+def test_queue_demand_follows_growth_not_length() -> None:
+    def demand(**load: float) -> float:
+        signals = compute_signals(SPEC, view(ready=4, **load), ready=4)
+        return next(s.demand for s in signals if s.name == "waiting_per_replica")
+
+    short = demand(waiting=20, arrival=6.0, completion=4.0)
+    long = demand(waiting=200, arrival=6.0, completion=4.0)
+    assert short == pytest.approx(4 * 6 / 4 + 16 * 4 / (4 * 120))
+    assert long - short == pytest.approx(180 * 4 / (4 * 120))  # only the drain term grows with the backlog
+    assert demand(waiting=2, arrival=6.0, completion=4.0) == pytest.approx(4 * 2 / 4)  # below target: the ratio
+    assert demand(waiting=50) == 5  # no completions observed yet: one more than ready
+    # A backlog stuck on one engine (median pod idle) adds no drain replicas: they could not take it.
+    stuck = compute_signals(SPEC, replace(view(ready=4, waiting=50, arrival=4.0, completion=4.0), waiting_median=0), 4)
+    assert next(s.demand for s in stuck if s.name == "waiting_per_replica") == pytest.approx(4.0)
+    # While pods start, the drain term is left out (credit).
+    starting = compute_signals(SPEC, view(ready=4, waiting=200, arrival=6.0, completion=4.0), 4, starting=2)
+    assert next(s.demand for s in starting if s.name == "waiting_per_replica") == pytest.approx(6.0)
+
+
+def test_seq_budget_usage_signal() -> None:
+    v = replace(view(ready=3, kv=0.36), seq_budget_usage=1.0)  # the budget caps the batch, KV looks idle
+    signals = {s.name: s for s in compute_signals(SPEC, v, 3)}
+    assert signals["seq_budget_usage"].demand == pytest.approx(4.0)
+    assert signals["kv_cache_usage"].demand == pytest.approx(3 * 0.36 / 0.75)
+
+
+def test_preemption_demand_is_capped_while_pods_start() -> None:
+    v = view(ready=2, preempt=5.0)
+    assert next(s.demand for s in compute_signals(SPEC, v, 2) if s.name == "preemption_rate") == 20
+    assert next(s.demand for s in compute_signals(SPEC, v, 2, starting=1) if s.name == "preemption_rate") == 3
 
 
 def test_ttft_signal_only_with_an_slo() -> None:
@@ -85,9 +121,9 @@ def test_up_window_needs_sustained_demand() -> None:
 
 
 def test_max_step_up_and_limits() -> None:
-    (d,) = run(SPEC, [{"waiting": 40}], ready=2)  # demand 20 replicas, panic, but at most +4 per decision
+    (d,) = run(SPEC, [{"waiting": 40, "arrival": 20.0, "completion": 2.0}], ready=2)  # demand 20+, panic, +4 at most
     assert d.desired == 6 and d.step_limited and "step limited to +4" in d.reason
-    (d,) = run(SPEC, [{"waiting": 400}], ready=8)
+    (d,) = run(SPEC, [{"waiting": 400, "arrival": 20.0, "completion": 2.0}], ready=8)
     assert d.desired == 10 and d.limited is ScalingLimit.AT_MAX and "at max_replicas 10" in d.reason
 
 
@@ -112,7 +148,8 @@ def test_clamp_wins_over_step_when_bounds_change() -> None:
 
 def test_panic_on_burst_scales_without_waiting_and_blocks_scale_down() -> None:
     spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "stabilization_window_up_s": 30, "stabilization_window_down_s": 0})
-    ds = run(spec, [{"kv": 0.6}] * 3 + [{"kv": 1.0, "waiting": 20}] + [{"kv": 0.1}] * 14, ready=2)
+    burst = {"kv": 1.0, "waiting": 20, "arrival": 10.0, "completion": 2.0}  # 5x what the fleet serves
+    ds = run(spec, [{"kv": 0.6}] * 3 + [burst] + [{"kv": 0.1}] * 14, ready=2)
     burst = ds[3]
     assert burst.panic and burst.desired == 6 and "panic" in burst.reason  # demand 10, step +4
     hold = [d for d in ds[4:] if d.panic]
@@ -132,7 +169,8 @@ def test_starting_pods_are_credited() -> None:
     # 2 ready pods at kv 0.95 (demand 2.5 → 3) while 2 more are booting: capacity 4 is enough.
     (d,) = run(SPEC, [{"kv": 0.95}], ready=2, starting=2)
     assert d.desired == 4 and d.change == 0
-    (d,) = run(SPEC, [{"kv": 0.95, "waiting": 12}], ready=2, starting=2)  # demand 6 > 4: add 2 only
+    busy = {"kv": 0.95, "waiting": 12, "arrival": 6.0, "completion": 2.0}
+    (d,) = run(SPEC, [busy], ready=2, starting=2)  # demand 6 > 4: add 2 only
     assert d.desired == 6
 
 
@@ -270,7 +308,7 @@ def test_burst_triggers_panic(ready: int, factor: float) -> None:
         d, state = decide(spec, state, view(ready=ready, kv=0.5, t=t), ready=ready, starting=0, now=t)
         assert not d.panic
     for t in (20.0, 25.0):
-        burst = view(ready=ready, kv=1.0, waiting=spec.target_waiting_per_replica * factor, t=t)
+        burst = view(ready=ready, kv=1.0, waiting=40, arrival=factor, completion=1.0, t=t)
         d, state = decide(spec, state, burst, ready=ready, starting=0, now=t)
     assert d.panic and d.desired > ready and "panic" in d.reason
 
