@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 from paged_engine.sample import Sampler, SamplingMetadata, SamplingRow
-from paged_engine.sample.truncation import apply_top_k
 from paged_engine.sampling_params import SamplingParams, SamplingParamsError
 
 VOCAB = 64
@@ -64,18 +63,14 @@ def test_top_k_one_equals_greedy_even_with_temperature():
     assert tokens.tolist() == logits.argmax(dim=-1).tolist()
 
 
-def test_top_k_one_through_random_path_equals_greedy():
-    # A batch with a truly random row forces top-k rows through truncation + exponential race.
+def test_top_k_rows_only_sample_their_candidates():
     logits = fixed_logits(6)
-    params = [SamplingParams(temperature=1.0, top_k=2)] + [SamplingParams(temperature=0.7, seed=s) for s in range(5)]
-    masked = logits.clone()
-    apply_top_k(masked, torch.ones(6, dtype=torch.int64))
-    assert (masked.isfinite().sum(dim=-1) == 1).all()
-    assert masked.argmax(dim=-1).tolist() == logits.argmax(dim=-1).tolist()
-    top2 = torch.topk(logits[0], 2).indices.tolist()
-    for seed in range(20):
+    params = [SamplingParams(temperature=2.0, top_k=k) for k in (2, 3, 5)] + [SamplingParams(seed=s) for s in range(3)]
+    for seed in range(30):
         torch.manual_seed(seed)
-        assert sample(logits, rows_for(*params))[0].item() in top2
+        tokens = sample(logits, rows_for(*params))
+        for row, k in enumerate((2, 3, 5)):
+            assert tokens[row].item() in torch.topk(logits[row], k).indices.tolist()
 
 
 def test_seeded_rows_reproduce_regardless_of_batch_composition():
@@ -169,3 +164,37 @@ def test_unknown_token_id_is_refused_with_the_limit():
     with pytest.raises(SamplingParamsError, match=f"token id {VOCAB}.*\\[0, {VOCAB}\\)") as info:
         SamplingMetadata.build(rows, vocab_size=VOCAB)
     assert info.value.param == "logit_bias"
+
+
+def test_top_k_combined_with_top_p_and_min_p():
+    logits = torch.log(torch.tensor([0.4, 0.3, 0.15, 0.1, 0.05]))
+    draws = 6000
+    # top-k 4 renormalizes to [.421, .316, .158, .105]; top-p 0.75 then keeps three (mass before the third: .737).
+    observed = frequencies(logits, SamplingParams(top_k=4, top_p=0.75), draws)
+    assert observed[3:].sum() == 0
+    stat, df = chi_square(observed[:3], torch.tensor([0.4, 0.3, 0.15]) / 0.85, draws)
+    assert stat < critical(df - 1)
+    # min-p 0.5 keeps p >= 0.2 of the top-3 candidates.
+    observed = frequencies(logits, SamplingParams(top_k=3, min_p=0.5), draws)
+    assert observed[2:].sum() == 0
+    assert abs(float(observed[0]) - 4 / 7) < 0.03
+
+
+def test_seeded_top_k_row_is_independent_of_other_rows_k():
+    logits = fixed_logits(3)
+    logits[0] *= 0.1  # the seeded row: a flat distribution, so its draws vary
+
+    def run(others: list[SamplingParams]) -> list[int]:
+        row = SamplingRow.create(SamplingParams(top_k=5, temperature=1.3, seed=42), [1])
+        tokens = []
+        for _ in range(8):
+            batch = [SamplingRow.create(p, [1]) for p in others] + [row]
+            token = sample(torch.cat([logits[1:].clone()[: len(others)], logits[:1]]), batch)[-1].item()
+            tokens.append(token)
+            row.output_token_ids.append(token)
+        return tokens
+
+    alone = run([])
+    assert run([SamplingParams(top_k=40)]) == alone
+    assert run([SamplingParams(top_p=0.9), SamplingParams(temperature=0.0)]) == alone
+    assert len(set(alone)) > 1

@@ -78,7 +78,7 @@ class SamplingMetadata:
     all_greedy: bool
     # Random rows only; None when all_greedy.
     random_rows: torch.Tensor | None  # int64 [r]: batch rows that sample
-    temperature: torch.Tensor | None  # float32 [r]
+    temperature: torch.Tensor | None  # float32 [r]; None when every random row uses 1.0
     top_k: torch.Tensor | None  # int64 [r], vocab_size where disabled; None when no row uses top-k
     top_p: torch.Tensor | None  # float32 [r], 1.0 where disabled; None when no row uses top-p
     min_p: torch.Tensor | None  # float32 [r]; None when no row uses min-p
@@ -119,7 +119,9 @@ class SamplingMetadata:
         generators: dict[int, torch.Generator] = {}
         if not all_greedy:
             random_rows = tensor(random_idx, torch.int64)
-            temperature = tensor([params[i].temperature for i in random_idx], torch.float32)
+            temperatures = [params[i].temperature for i in random_idx]
+            if any(t != 1.0 for t in temperatures):
+                temperature = tensor(temperatures, torch.float32)
             ks = [params[i].top_k if 0 < params[i].top_k < vocab_size else vocab_size for i in random_idx]
             if any(k < vocab_size for k in ks):
                 top_k = tensor(ks, torch.int64)

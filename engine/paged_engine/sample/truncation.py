@@ -1,4 +1,6 @@
-"""Top-k, top-p and min-p truncation of a ``[rows, vocab]`` batch, batched across rows.
+"""Top-p and min-p truncation of full-vocabulary ``[rows, vocab]`` probabilities, batched across rows.
+
+(Top-k needs no mask: rows with top-k are sampled among their k candidates, see ``sampler.py``.)
 
 Top-p needs the probabilities in descending order, but a full sort of a 262,144-token row is the most
 expensive thing the sampler could do. Nucleus sets are almost always small, so the top ``NUCLEUS_GUESS``
@@ -13,24 +15,15 @@ import torch
 NUCLEUS_GUESS = 1024
 
 
-def apply_top_k(logits: torch.Tensor, top_k: torch.Tensor) -> None:
-    """Mask, in place, logits below each row's k-th largest (ties at the threshold are kept)."""
-    vocab = logits.shape[-1]
-    active = top_k < vocab
-    if not bool(active.all()):
-        rows = active.nonzero().squeeze(1)
-        sub = logits[rows]
-        apply_top_k(sub, top_k[rows])
-        logits[rows] = sub
-        return
-    max_k = int(top_k.max())
-    values = torch.topk(logits, max_k, dim=-1, sorted=True).values
-    threshold = values.gather(1, (top_k - 1).unsqueeze(1))
-    logits.masked_fill_(logits < threshold, float("-inf"))
+def nucleus_threshold(
+    sorted_probs: torch.Tensor, top_p: torch.Tensor, cumulative: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per row, the smallest probability kept: the nucleus is the shortest prefix whose mass reaches top_p.
 
-
-def _nucleus_threshold(sorted_probs: torch.Tensor, cumulative: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Per row, the smallest probability kept: the nucleus is the shortest prefix whose mass reaches top_p."""
+    ``sorted_probs`` is in descending order and sums to 1 per row (or is a head of such a row).
+    """
+    if cumulative is None:
+        cumulative = sorted_probs.cumsum(dim=-1)
     # Count tokens whose preceding mass is still short of top_p; the first token always counts.
     keep = (cumulative - sorted_probs < top_p.unsqueeze(1)).sum(dim=-1).clamp_min(1)
     return sorted_probs.gather(1, (keep - 1).unsqueeze(1))
@@ -42,13 +35,13 @@ def apply_top_p(probs: torch.Tensor, top_p: torch.Tensor) -> None:
     guess = min(NUCLEUS_GUESS, vocab)
     head = torch.topk(probs, guess, dim=-1, sorted=True).values
     cumulative = head.cumsum(dim=-1)
-    threshold = _nucleus_threshold(head, cumulative, top_p)
+    threshold = nucleus_threshold(head, top_p, cumulative)
     # The nucleus lies inside the head exactly when the head's mass reaches top_p.
     overflow = cumulative[:, -1] < top_p
     if guess < vocab and bool(overflow.any()):
         rows = overflow.nonzero().squeeze(1)
         full = torch.sort(probs[rows], dim=-1, descending=True).values
-        threshold[rows] = _nucleus_threshold(full, full.cumsum(dim=-1), top_p[rows])
+        threshold[rows] = nucleus_threshold(full, top_p[rows])
     probs.masked_fill_(probs < threshold, 0.0)
 
 
