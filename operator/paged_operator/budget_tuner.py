@@ -215,7 +215,7 @@ def decide(spec: BudgetSpec, state: TunerState, view: FleetView | None, now: flo
         wanted = seqs + spec.increase_step
         if bound and 0.0 < kv < spec.kv_low_water:
             # KV usage grows with the running batch: jump straight to where it would reach the low-water mark.
-            wanted = max(wanted, math.floor(seqs * spec.kv_low_water / kv))
+            wanted = max(wanted, math.floor(seqs * spec.kv_low_water / kv + 1e-9))
         raised = min(ceiling, wanted)
         if raised > seqs:
             return TuneDecision(Budgets(raised, tokens), f"{why}: max_num_seqs {seqs} → {raised}", TuneKind.RAISE_SEQS)

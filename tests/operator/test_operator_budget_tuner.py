@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -49,6 +50,25 @@ def test_idle_memory_with_a_queue_raises_additively() -> None:
     d = decide(SPEC, START, view(kv=0.3, waiting=5, preempt=0.0), now=0)
     assert d.kind is TuneKind.RAISE_SEQS and d.budgets == Budgets(72, 2048)
     assert decide(SPEC, START, view(kv=0.3, waiting=0, preempt=0.0), now=0).budgets is None  # nobody waits
+
+
+def test_binding_budget_is_raised_in_one_projected_step() -> None:
+    # The batch is capped at max_num_seqs=16 with KV at 0.2: the budget, not memory, holds requests back.
+    small = TunerState(Budgets(16, 2048))
+    bound = replace(view(kv=0.2, waiting=5), running_per_replica=16.0)
+    d = decide(SPEC, small, bound, now=0)
+    assert d.kind is TuneKind.RAISE_SEQS and d.budgets == Budgets(48, 2048)  # 16 x 0.6 / 0.2
+    assert "max_num_seqs 16 binds" not in d.reason and "KV usage 0.20 < 0.6" in d.reason
+    # Between the water marks a binding budget still rises (additively) until KV nears the high-water mark.
+    mid = replace(view(kv=0.75, waiting=5), running_per_replica=48.0)
+    d = decide(SPEC, TunerState(Budgets(48, 2048)), mid, now=0)
+    assert d.budgets == Budgets(56, 2048) and "max_num_seqs 48 binds" in d.reason
+    assert decide(SPEC, TunerState(Budgets(48, 2048)), replace(mid, kv_usage_max=0.92), now=0).budgets is None
+
+
+def test_storm_is_judged_on_the_fullest_pod() -> None:
+    uneven = replace(view(kv=0.5, preempt=0.5), kv_usage_max=0.98)  # one pod thrashes, the mean hides it
+    assert decide(SPEC, START, uneven, now=0).kind is TuneKind.LOWER_SEQS
 
 
 def test_dead_band_between_water_marks() -> None:

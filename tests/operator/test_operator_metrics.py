@@ -175,3 +175,50 @@ def test_fleet_view_degraded_and_argument_checks() -> None:
         fleet_view(w, [sample("a", 0)], ready=1, now=0, rate_window_s=31)
     with pytest.raises(ValueError, match="min_reporting_fraction must be in"):
         fleet_view(w, [sample("a", 0)], ready=1, now=0, rate_window_s=30, min_reporting_fraction=0)
+
+
+def test_finished_requests_sum_over_reasons() -> None:
+    assert parse_exposition(exposition(), pod="p", time=1.0).finished_total == 100  # stop 90 + length 10
+
+
+def test_arrival_and_completion_rates_from_the_last_interval() -> None:
+    w = SampleWindow(horizon_s=60)
+    rounds = [
+        # a: finished 0 → 20 → 60 while its queue (waiting + running) grew 10 → 30 → 40
+        [sample("a", 0, finished_total=0, waiting=2, running=8), sample("b", 0, finished_total=0)],
+        [sample("a", 10, finished_total=20, waiting=10, running=20), sample("b", 10, finished_total=10)],
+        [sample("a", 20, finished_total=60, waiting=10, running=30), sample("b", 20, finished_total=30)],
+    ]
+    for r in rounds:
+        w = w.add(r, now=r[0].time)
+    v = fleet_view(w, rounds[-1], ready=2, now=20, rate_window_s=30)
+    assert v is not None
+    assert v.completion_rate_peak == pytest.approx(4.0) and v.completion_rate_per_replica == pytest.approx(3.0)
+    # a: (40 finished + 10 more queued) / 10 s = 5/s; b: 20 / 10 s = 2/s
+    assert v.arrival_rate_per_replica == pytest.approx(3.5)
+
+
+def test_fleet_arrivals_for_new_and_silent_pods() -> None:
+    w = SampleWindow(horizon_s=60)
+    w = w.add([sample("a", 0, finished_total=0)], now=0)
+    current = [sample("a", 10, finished_total=40), sample("new", 10, finished_total=0)]
+    w = w.add(current, now=10)
+    # "new" has no rate: its traffic went to "a" in the last interval, so the fleet gets 4/s, not 8/s.
+    v = fleet_view(w, current, ready=2, now=10, rate_window_s=30)
+    assert v is not None and v.arrival_rate_per_replica == pytest.approx(4.0 / 2)
+    # A silent third pod is assumed as busy as "a".
+    v = fleet_view(w, current, ready=3, now=10, rate_window_s=30)
+    assert v is not None and v.arrival_rate_per_replica == pytest.approx(8.0 / 3)
+
+
+def test_waiting_median_and_budget_usage() -> None:
+    w = SampleWindow(horizon_s=60)
+    current = [
+        sample("a", 0, waiting=300, running=36, max_num_seqs=36),
+        sample("b", 0, waiting=0, running=9, max_num_seqs=36),
+        sample("c", 0, waiting=2, running=18),  # reports no budget
+    ]
+    w = w.add(current, now=0)
+    v = fleet_view(w, current, ready=3, now=0, rate_window_s=30)
+    assert v is not None and v.waiting_median == 2 and v.waiting_per_replica == pytest.approx(302 / 3)
+    assert v.seq_budget_usage == pytest.approx((1.0 + 0.25) / 2)
