@@ -1,0 +1,212 @@
+"""The FastAPI application: OpenAI-compatible routes, health, metrics and the admin API."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, FastAPI, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from paged_engine.server.engine_client import ControlError, EngineClient, EngineDeadError
+from paged_engine.server.errors import APIError, bad_request, install_error_handlers
+from paged_engine.server.metrics import EngineMetrics
+from paged_engine.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    ModelCard,
+    ModelList,
+    TokenizeRequest,
+)
+from paged_engine.server.serving import Serving
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class BudgetUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+
+
+def _bearer_guard(token: str | None, what: str) -> Callable[[Request], Awaitable[None]]:
+    async def guard(request: Request) -> None:
+        if token is None:
+            return
+        header = request.headers.get("authorization", "")
+        given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            raise APIError(401, f"missing or invalid {what} (send 'Authorization: Bearer <{what}>')",
+                           type="authentication_error")  # fmt: skip
+
+    return guard
+
+
+class ServerState:
+    """What the routes share. ``serving`` is None while the model loads: the port is open (liveness answers)
+    but ``/ready`` is false and API calls get 503."""
+
+    def __init__(self, client: EngineClient, metrics: EngineMetrics, api_key: str | None, admin_token: str | None):
+        self.client = client
+        self.metrics = metrics
+        self.api_key = api_key
+        self.admin_token = admin_token
+        self.serving: Serving | None = None
+        self.model_info: dict[str, Any] = {}
+
+    def ready_serving(self) -> Serving:
+        if self.serving is None:
+            if self.client.dead:
+                raise APIError(503, "the engine is not running", type="unavailable_error")
+            raise APIError(503, "the model is still loading", type="unavailable_error", headers={"Retry-After": "5"})
+        return self.serving
+
+
+def build_app(state: ServerState, lifespan: Any = None) -> FastAPI:
+    app = FastAPI(title="paged-engine", version="0.1.0", docs_url="/docs", redoc_url=None, lifespan=lifespan)
+    install_error_handlers(app)
+    client, metrics = state.client, state.metrics
+    api_auth = Depends(_bearer_guard(state.api_key, "API key"))
+    admin_auth = Depends(_bearer_guard(state.admin_token, "admin token"))
+
+    async def budgets() -> dict[str, Any]:
+        try:
+            result = await client.call("get_budgets")
+        except EngineDeadError as exc:
+            raise APIError(503, str(exc), type="unavailable_error") from None
+        metrics.observe_budgets(result["max_num_seqs"], result["max_num_batched_tokens"])
+        return result
+
+    # ---- probes and metrics ----
+
+    @app.get("/health", include_in_schema=False)
+    async def health() -> Response:
+        if client.dead:
+            return JSONResponse({"status": "engine core is dead"}, status_code=503)
+        return JSONResponse({"status": "ok"})
+
+    @app.get("/ready", include_in_schema=False)
+    async def ready() -> Response:
+        if client.dead:
+            return JSONResponse({"ready": False, "reason": "engine core is dead"}, status_code=503)
+        if state.serving is None:
+            return JSONResponse({"ready": False, "reason": "loading"}, status_code=503)
+        if state.serving.draining:
+            return JSONResponse({"ready": False, "reason": "draining"}, status_code=503)
+        return JSONResponse({"ready": True})
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # ---- OpenAI-compatible API ----
+
+    @app.get("/v1/models", dependencies=[api_auth])
+    async def models() -> ModelList:
+        serving = state.ready_serving()
+        card = ModelCard(id=serving.model_name, root=state.model_info.get("model"), max_model_len=serving.max_model_len)
+        return ModelList(data=[card])
+
+    @app.post("/v1/completions", dependencies=[api_auth])
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        serving = state.ready_serving()
+        if body.stream:
+            prompts, params = serving.prepare_completion(body)
+            return StreamingResponse(serving.completion_stream(body, prompts, params),
+                                     media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
+        return await _until_disconnect(request, serving.completion(body))
+
+    @app.post("/v1/chat/completions", dependencies=[api_auth])
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        serving = state.ready_serving()
+        if body.stream:
+            prompts, params = serving.prepare_chat(body)
+            return StreamingResponse(serving.chat_stream(body, prompts, params),
+                                     media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
+        return await _until_disconnect(request, serving.chat(body))
+
+    @app.post("/tokenize", dependencies=[api_auth])
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        serving = state.ready_serving()
+        serving.check_model(body.model)
+        if body.messages is not None:
+            messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+            text = serving.tokenizer.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
+            tokens = serving.tokenizer.encode(text, add_special_tokens=False)
+        else:
+            tokens = serving.tokenizer.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": serving.max_model_len}
+
+    @app.post("/detokenize", dependencies=[api_auth])
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        serving = state.ready_serving()
+        serving.check_model(body.model)
+        vocab = serving.tokenizer.vocab_size
+        bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise bad_request(f"token id {bad} is outside the vocabulary [0, {vocab})", "tokens")
+        return {"prompt": serving.tokenizer.decode(body.tokens, skip_special_tokens=False)}
+
+    # ---- admin API ----
+
+    @app.get("/admin/budgets", dependencies=[admin_auth])
+    async def get_budgets() -> dict[str, Any]:
+        return await budgets()
+
+    @app.put("/admin/budgets", dependencies=[admin_auth])
+    async def set_budgets(update: Annotated[BudgetUpdate, Body()]) -> dict[str, Any]:
+        changes = update.model_dump(exclude_none=True)
+        if not changes:
+            raise bad_request("give max_num_seqs and/or max_num_batched_tokens")
+        try:
+            await client.call("set_budgets", **changes)
+        except ControlError as exc:
+            raise bad_request(str(exc)) from None
+        except EngineDeadError as exc:
+            raise APIError(503, str(exc), type="unavailable_error") from None
+        return await budgets()
+
+    def drain_state() -> dict[str, Any]:
+        draining = state.serving is not None and state.serving.draining
+        return {"draining": draining, "in_flight": client.num_in_flight,
+                "drained": draining and client.num_in_flight == 0}  # fmt: skip
+
+    @app.get("/admin/drain", dependencies=[admin_auth])
+    async def get_drain() -> dict[str, Any]:
+        return drain_state()
+
+    @app.post("/admin/drain", dependencies=[admin_auth])
+    async def drain(wait_seconds: Annotated[float, Query(ge=0, le=3600)] = 0.0) -> dict[str, Any]:
+        """Stops admitting requests (``/ready`` turns false at once); with ``wait_seconds``, returns when the
+        in-flight requests have finished or the wait is over (a preStop hook uses this)."""
+        state.ready_serving().draining = True
+        deadline = time.monotonic() + wait_seconds
+        while client.num_in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        return drain_state()
+
+    @app.delete("/admin/drain", dependencies=[admin_auth])
+    async def undrain() -> dict[str, Any]:
+        state.ready_serving().draining = False
+        return drain_state()
+
+    return app
+
+
+async def _until_disconnect(request: Request, work: Awaitable[dict[str, Any]]) -> Response:
+    """Runs a non-streaming request, cancelling it (and so aborting its engine requests) if the client leaves."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        done, _ = await asyncio.wait({task}, timeout=0.5)
+        if not done and await request.is_disconnected():
+            task.cancel()
+            return Response(status_code=499)
+    try:
+        return JSONResponse(task.result())
+    except EngineDeadError as exc:
+        raise APIError(503, str(exc), type="unavailable_error") from None

@@ -1,0 +1,224 @@
+"""The API server's side of the engine-core connection: submit requests, route outputs, watch the process.
+
+One background task reads everything the core sends and routes it: request deltas to the per-request queue of
+whoever is waiting on them, step stats to the metrics, control replies to their futures. If the core process
+dies, every waiting request gets an error at once and ``dead`` turns true (``/health`` then fails and the server
+exits non-zero so Kubernetes restarts the pod).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import multiprocessing.process
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from paged_engine.core.stats import SchedulerStats
+from paged_engine.sampling_params import SamplingParams
+from paged_engine.server import ipc
+
+log = logging.getLogger(__name__)
+
+
+class EngineDeadError(RuntimeError):
+    """The engine-core process is gone; nothing more can be served."""
+
+
+class ControlError(ValueError):
+    """The engine core refused a control call (e.g. a budget outside its bounds)."""
+
+
+@dataclass
+class RequestStream:
+    """Deltas of one engine request, in order. Several streams may share one queue (the choices of one HTTP
+    request); each puts a final ``(request_id, None)`` when it ends, finished or because the engine died."""
+
+    request_id: str
+    queue: asyncio.Queue[tuple[str, ipc.RequestDelta | None]] = field(default_factory=asyncio.Queue)
+    finished: bool = False
+    scheduled: bool = False
+
+
+class EngineClient:
+    def __init__(
+        self,
+        process: multiprocessing.process.BaseProcess,
+        input_address: str,
+        output_address: str,
+        on_stats: Callable[[SchedulerStats], None],
+    ) -> None:
+        self.process = process
+        self._ctx = zmq.asyncio.Context()
+        self._input = self._ctx.socket(zmq.PUSH)
+        self._input.connect(input_address)
+        self._output = self._ctx.socket(zmq.PULL)
+        self._output.connect(output_address)
+        self._on_stats = on_stats
+        self._streams: dict[str, RequestStream] = {}
+        self._children: dict[str, list[str]] = {}  # parent request id -> live stream ids of its n choices
+        self._parent_of: dict[str, str] = {}
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._call_ids = itertools.count()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.dead = False
+        self.on_death: Callable[[], None] | None = None
+
+    @property
+    def num_unscheduled(self) -> int:
+        """Requests submitted that the scheduler has not started yet (the admission limit counts these)."""
+        return sum(1 for s in self._streams.values() if not s.scheduled)
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._streams)
+
+    async def wait_ready(self, timeout: float) -> dict[str, Any]:
+        """Waits for the core's READY message (model loaded); raises with the core's own message on failure."""
+        poller = zmq.asyncio.Poller()
+        poller.register(self._output, zmq.POLLIN)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            if not self.process.is_alive():
+                raise EngineDeadError(f"engine core exited with code {self.process.exitcode} while starting")
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise EngineDeadError(f"engine core did not become ready within {timeout:.0f}s")
+            events = await poller.poll(timeout=min(remaining, 0.5) * 1000)
+            if not events:
+                continue
+            message = ipc.decode_from_core(await self._output.recv())
+            if isinstance(message, ipc.CoreReady):
+                return message.info
+            if isinstance(message, ipc.CoreFailed):
+                raise EngineDeadError(message.message)
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._read_outputs()))
+        loop.add_reader(self.process.sentinel, self._core_exited)
+
+    async def close(self) -> None:
+        if not self.dead and self.process.is_alive():
+            await self._input.send(ipc.encode(ipc.Shutdown()))
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(self.process.sentinel)
+        await asyncio.to_thread(self.process.join, 10)
+        if self.process.is_alive():
+            self.process.kill()
+        self._ctx.destroy(linger=0)
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float,
+        priority: int = 0,
+        cache_salt: str | None = None,
+        queue: asyncio.Queue[tuple[str, ipc.RequestDelta | None]] | None = None,
+    ) -> list[str]:
+        """Submits one engine request; returns the ids its outputs arrive under (``n > 1``: the children
+        ``f"{request_id}-{i}"`` the scheduler forks after the shared prompt)."""
+        if self.dead:
+            raise EngineDeadError("the engine core is not running")
+        stream_ids = [request_id] if params.n == 1 else [f"{request_id}-{i}" for i in range(params.n)]
+        if any(sid in self._streams for sid in (request_id, *stream_ids)):
+            raise ValueError(f"request id {request_id!r} is already in flight")
+        shared = queue if queue is not None else asyncio.Queue()
+        for sid in stream_ids:
+            self._streams[sid] = RequestStream(sid, shared)
+        if params.n > 1:
+            self._children[request_id] = list(stream_ids)
+            self._parent_of.update(dict.fromkeys(stream_ids, request_id))
+        message = ipc.AddRequest(request_id, prompt_token_ids, params, arrival_time, priority, cache_salt)
+        self._input.send(ipc.encode(message), copy=False)
+        return stream_ids
+
+    def abort(self, request_ids: list[str]) -> None:
+        """Aborts requests (a parent id aborts all its choices); their streams get no further deltas."""
+        live = []
+        for rid in request_ids:
+            ids = [rid] if rid in self._streams else list(self._children.get(rid, ()))
+            for sid in ids:
+                self._streams[sid].finished = True
+                self._forget(sid)
+            if ids:
+                live.append(rid)
+        if live and not self.dead:
+            self._input.send(ipc.encode(ipc.AbortRequests(live)))
+
+    async def call(self, method: str, timeout: float = 10.0, **args: Any) -> Any:
+        if self.dead:
+            raise EngineDeadError("the engine core is not running")
+        call_id = next(self._call_ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = future
+        await self._input.send(ipc.encode(ipc.ControlCall(call_id, method, args)))
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._calls.pop(call_id, None)
+
+    async def _read_outputs(self) -> None:
+        while True:
+            message = ipc.decode_from_core(await self._output.recv())
+            if isinstance(message, ipc.StepOutputs):
+                for delta in message.deltas:
+                    self._route(delta)
+                if message.stats is not None:
+                    self._on_stats(message.stats)
+            elif isinstance(message, ipc.ControlReply):
+                future = self._calls.get(message.call_id)
+                if future is not None and not future.done():
+                    if message.error is not None:
+                        future.set_exception(ControlError(message.error))
+                    else:
+                        future.set_result(message.result)
+
+    def _route(self, delta: ipc.RequestDelta) -> None:
+        rid = delta.request_id
+        if rid in self._streams:
+            targets = [self._streams[rid]]
+        else:  # a parent's refusal or first scheduling concerns every choice
+            targets = [self._streams[c] for c in self._children.get(rid, ()) if c in self._streams]
+        for stream in targets:
+            stream.scheduled = True
+            stream.queue.put_nowait((stream.request_id, delta))
+            if delta.finish_reason is not None:
+                stream.finished = True
+                stream.queue.put_nowait((stream.request_id, None))
+                self._forget(stream.request_id)
+
+    def _forget(self, stream_id: str) -> None:
+        self._streams.pop(stream_id, None)
+        parent = self._parent_of.pop(stream_id, None)
+        if parent is not None:
+            siblings = self._children[parent]
+            siblings.remove(stream_id)
+            if not siblings:
+                del self._children[parent]
+
+    def _core_exited(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.process.sentinel)
+        self.process.join(0)
+        log.error("engine core process exited unexpectedly (exit code %s)", self.process.exitcode)
+        self.dead = True
+        for stream in self._streams.values():
+            stream.queue.put_nowait((stream.request_id, None))
+        self._streams.clear()
+        self._children.clear()
+        self._parent_of.clear()
+        for future in self._calls.values():
+            if not future.done():
+                future.set_exception(EngineDeadError("the engine core died"))
+        if self.on_death is not None:
+            self.on_death()

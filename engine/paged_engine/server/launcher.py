@@ -1,0 +1,121 @@
+"""``paged-engine serve``: start the engine-core process, then the HTTP server, and tie their lives together.
+
+The HTTP port opens at once (liveness answers, readiness says "loading") while the core loads the model.
+Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT: in-flight requests get ``--shutdown-grace-seconds``),
+1 when the engine core fails to start or dies, so Kubernetes restarts the pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+from paged_engine.server.app import ServerState, build_app
+from paged_engine.server.core_proc import CoreConfig, run_engine_core
+from paged_engine.server.engine_client import EngineClient, EngineDeadError
+from paged_engine.server.metrics import EngineMetrics
+from paged_engine.server.serving import Serving
+from paged_engine.server.timeline import RequestTimeline
+from paged_engine.server.tracing import RequestSpan, configure_tracing
+from paged_engine.tokenizer import load_tokenizer
+
+log = logging.getLogger("paged_engine.server")
+LOAD_TIMEOUT_S = 1800.0
+
+
+def serve(args: argparse.Namespace) -> int:
+    ipc_dir = Path(tempfile.mkdtemp(prefix="paged-ipc-"))
+    core_config = CoreConfig(
+        model=args.model, dtype=args.dtype, block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
+        max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=args.enable_prefix_caching,
+        attention_backend=args.attention_backend, seed=args.seed, log_level=args.log_level,
+        input_address=f"ipc://{ipc_dir}/input", output_address=f"ipc://{ipc_dir}/output",
+    )  # fmt: skip
+    process = multiprocessing.get_context("spawn").Process(
+        target=run_engine_core, args=(core_config,), name="EngineCore", daemon=True
+    )
+    process.start()
+    try:
+        return asyncio.run(_serve(args, core_config, process))
+    finally:
+        if process.is_alive():
+            process.kill()
+        shutil.rmtree(ipc_dir, ignore_errors=True)
+
+
+async def _serve(args: argparse.Namespace, core: CoreConfig, process: multiprocessing.Process) -> int:
+    tracer = configure_tracing(args.otel_exporter)
+    exit_code = 0
+    server: uvicorn.Server | None = None
+
+    served_name = args.served_model_name or _default_name(args.model)
+    metrics = EngineMetrics(served_name)
+    client = EngineClient(process, core.input_address, core.output_address, metrics.observe_step)
+    state = ServerState(client, metrics, args.api_key, args.admin_token)
+
+    def fail() -> None:
+        nonlocal exit_code
+        exit_code = 1
+        if server is not None:
+            server.should_exit = True
+
+    client.on_death = fail
+
+    async def load() -> None:
+        try:
+            info = await client.wait_ready(LOAD_TIMEOUT_S)
+        except EngineDeadError as exc:
+            log.error("engine core failed to start: %s", exc)
+            fail()
+            return
+        client.start()
+        tokenizer = await asyncio.to_thread(load_tokenizer, info["model_path"], chat_template=args.chat_template)
+        state.model_info = info
+
+        def timeline(operation: str, request_id: str, prompt_tokens: int, max_tokens: int) -> RequestTimeline:
+            span = RequestSpan(tracer, operation, served_name, request_id, max_tokens)
+            return RequestTimeline(metrics, span, prompt_tokens)
+
+        state.serving = Serving(client, tokenizer, served_name, info["max_model_len"], args.max_waiting_requests,
+                                timeline)  # fmt: skip
+        metrics.observe_budgets(info["max_num_seqs"], info["max_num_batched_tokens"])
+        metrics.set_info(attention_backend=str(info.get("attention_backend")), dtype=str(info.get("dtype")),
+                         num_kv_blocks=str(info.get("num_blocks")), block_size=str(core.block_size))  # fmt: skip
+        log.info("ready: serving %s on http://%s:%d (%s KV blocks of %d tokens, context %d)", served_name,
+                 args.host, args.port, info.get("num_blocks"), core.block_size, info["max_model_len"])  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        loader = asyncio.create_task(load())
+        try:
+            yield
+        finally:
+            loader.cancel()
+            await client.close()
+
+    app = build_app(state, lifespan=lifespan)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.log_level == "debug",
+        timeout_graceful_shutdown=args.shutdown_grace_seconds, lifespan="on",
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    await server.serve()
+    if client.dead:
+        exit_code = 1
+    return exit_code
+
+
+def _default_name(model: str) -> str:
+    if model == "default":
+        return "gemma-3-270m"
+    return Path(model).name.removesuffix(".gguf")

@@ -1,0 +1,105 @@
+"""Prometheus metrics of one engine, named as in the design's metric contract.
+
+The operator, the dashboards and the alerts read exactly these names; renaming one breaks them. Everything is
+labelled with ``model_name``. Step-level figures come from the engine core's per-step stats, request-level
+latencies from the API server's own timestamps of each request's life.
+"""
+
+from __future__ import annotations
+
+from paged_engine.core.stats import SchedulerStats
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    gc_collector,
+    platform_collector,
+    process_collector,
+)
+
+disable_created_metrics()  # the *_created series only double the scrape size
+
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                    20.0, 40.0, 80.0, 160.0, 640.0)  # fmt: skip
+_ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
+_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+FINISH_REASONS = ("stop", "length", "abort")
+
+
+class EngineMetrics:
+    def __init__(self, model_name: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        process_collector.ProcessCollector(registry=r)
+        platform_collector.PlatformCollector(registry=r)
+        gc_collector.GCCollector(registry=r)
+        labels = ["model_name"]
+        self.model_name = model_name
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=r).labels(model_name)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=r).labels(model_name)
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(model_name)
+
+        self.kv_cache_usage = gauge("paged_kv_cache_usage_ratio", "Used KV-cache blocks / total blocks (0-1).")
+        self.running = gauge("paged_requests_running", "Requests in the scheduler's running queue.")
+        self.waiting = gauge("paged_requests_waiting", "Requests waiting to be scheduled.")
+        self.max_num_seqs = gauge("paged_scheduler_max_num_seqs", "Current scheduler budget: sequences per step.")
+        self.max_num_batched_tokens = gauge(
+            "paged_scheduler_max_num_batched_tokens", "Current scheduler budget: tokens per step."
+        )
+        self.preemptions = counter("paged_preemptions", "Requests preempted by recompute.")
+        self.prefix_queries = counter("paged_prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
+        self.prefix_hits = counter("paged_prefix_cache_hits", "Prompt tokens found in the prefix cache.")
+        self.prompt_tokens = counter("paged_prompt_tokens", "Prompt tokens processed.")
+        self.generation_tokens = counter("paged_generation_tokens", "Tokens generated.")
+        success = Counter(
+            "paged_request_success", "Finished requests by finish reason.", ["model_name", "finished_reason"],
+            registry=r,
+        )  # fmt: skip
+        self.request_success = {reason: success.labels(model_name, reason) for reason in FINISH_REASONS}
+        self.ttft = histogram("paged_time_to_first_token_seconds", "Time to first token.", _LATENCY_BUCKETS)
+        self.itl = histogram("paged_inter_token_latency_seconds", "Time between output tokens.", _ITL_BUCKETS)
+        self.e2e = histogram("paged_e2e_request_latency_seconds", "End-to-end request latency.", _LATENCY_BUCKETS)
+        self.queue_time = histogram(
+            "paged_request_queue_time_seconds", "Time a request waited before first scheduled.", _LATENCY_BUCKETS
+        )
+        self.iteration_tokens = histogram("paged_iteration_tokens", "Tokens computed per engine step.", _TOKEN_BUCKETS)
+        self.info = Info("paged_engine", "Static facts about this engine.", registry=r)
+
+    def set_info(self, **facts: str) -> None:
+        self.info.info({"model_name": self.model_name, **facts})
+
+    def observe_step(self, stats: SchedulerStats) -> None:
+        self.running.set(stats.num_running)
+        self.waiting.set(stats.num_waiting)
+        self.kv_cache_usage.set(stats.kv_cache_usage)
+        self.observe_budgets(stats.max_num_seqs, stats.max_num_batched_tokens)
+        for counter, increment in (
+            (self.preemptions, stats.num_preemptions),
+            (self.prefix_queries, stats.prefix_cache_queries),
+            (self.prefix_hits, stats.prefix_cache_hits),
+            (self.prompt_tokens, stats.num_prompt_tokens),
+            (self.generation_tokens, stats.num_generation_tokens),
+        ):
+            if increment:
+                counter.inc(increment)
+        if stats.num_scheduled_tokens:
+            self.iteration_tokens.observe(stats.num_scheduled_tokens)
+
+    def observe_budgets(self, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+        self.max_num_seqs.set(max_num_seqs)
+        self.max_num_batched_tokens.set(max_num_batched_tokens)
+
+    def observe_finished(self, *, finish_reason: str, e2e_seconds: float, queue_seconds: float | None) -> None:
+        self.request_success[finish_reason if finish_reason in self.request_success else "abort"].inc()
+        self.e2e.observe(e2e_seconds)
+        if queue_seconds is not None:
+            self.queue_time.observe(queue_seconds)

@@ -1,0 +1,429 @@
+"""Completions and chat completions: from a validated HTTP body to engine requests and back to OpenAI JSON.
+
+Each HTTP request becomes one engine request per (prompt, choice). All of them feed one queue, so streaming
+interleaves choices as the engine produces them. Stop strings are found here, in the API server process,
+where the text is: a hit aborts the engine request and truncates the text. Whatever ends the HTTP request
+early (client gone, error) aborts every engine request it started, so their KV blocks are freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from paged_engine.sampling_params import SamplingParams, SamplingParamsError
+from paged_engine.server import ipc
+from paged_engine.server.engine_client import EngineClient, EngineDeadError
+from paged_engine.server.errors import APIError, bad_request
+from paged_engine.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    PromptTokensDetails,
+    Usage,
+    _SamplingFields,
+    now,
+    random_id,
+)
+from paged_engine.server.timeline import RequestTimeline
+from paged_engine.tokenizer import Tokenizer
+from paged_engine.tokenizer.detokenizer import IncrementalDetokenizer
+
+
+@dataclass
+class Choice:
+    index: int
+    prompt_index: int
+    request_id: str
+    detokenizer: IncrementalDetokenizer
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    logprobs: list[ipc.TokenLogprobs] = field(default_factory=list)
+    prompt_logprobs: list[ipc.TokenLogprobs | None] | None = None
+    num_cached_tokens: int = 0
+
+
+@dataclass
+class ChoiceUpdate:
+    """What one engine delta changed in one choice (the unit of a streamed chunk)."""
+
+    choice: Choice
+    text: str
+    token_ids: list[int]
+    logprobs: list[ipc.TokenLogprobs]
+    finished: bool
+
+
+class Serving:
+    def __init__(
+        self,
+        client: EngineClient,
+        tokenizer: Tokenizer,
+        served_model_name: str,
+        max_model_len: int,
+        max_waiting_requests: int,
+        timeline_factory: Callable[[str, str, int, int], RequestTimeline],
+    ) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.model_name = served_model_name
+        self.max_model_len = max_model_len
+        self.max_waiting_requests = max_waiting_requests
+        self.timeline = timeline_factory
+        self.draining = False
+
+    # ---- validation shared by both endpoints ----
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise APIError(
+                404, f"the model {model!r} does not exist; this server serves {self.model_name!r}",
+                type="not_found_error", param="model",
+            )  # fmt: skip
+
+    def check_admission(self) -> None:
+        if self.draining:
+            raise APIError(503, "the server is draining and accepts no new requests", type="unavailable_error",
+                           headers={"Retry-After": "5"})  # fmt: skip
+        if self.client.dead:
+            raise APIError(503, "the engine is not running", type="unavailable_error")
+        if self.client.num_unscheduled >= self.max_waiting_requests:
+            raise APIError(
+                503, f"the waiting queue is full ({self.max_waiting_requests} requests); retry later",
+                type="unavailable_error", headers={"Retry-After": "1"},
+            )  # fmt: skip
+
+    def check_prompt(self, token_ids: list[int], param: str = "prompt") -> None:
+        if not token_ids:
+            raise bad_request("the prompt is empty", param)
+        if len(token_ids) >= self.max_model_len:
+            raise bad_request(
+                f"the prompt has {len(token_ids)} tokens, but this model's context is {self.max_model_len} tokens "
+                "(the prompt must leave room for at least one generated token)", param,
+            )  # fmt: skip
+        vocab = self.tokenizer.vocab_size
+        bad = next((t for t in token_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise bad_request(f"token id {bad} is outside the vocabulary [0, {vocab})", param)
+
+    def sampling_params(
+        self,
+        body: _SamplingFields,
+        prompt_len: int,
+        max_tokens: int | None,
+        logprobs: int | None,
+        prompt_logprobs: int | None,
+    ) -> SamplingParams:
+        room = self.max_model_len - prompt_len
+        if max_tokens is None:
+            max_tokens = room
+        elif max_tokens > room:
+            raise bad_request(
+                f"max_tokens is {max_tokens}, but the prompt has {prompt_len} tokens and the context is "
+                f"{self.max_model_len}: at most {room} tokens can be generated", "max_tokens",
+            )  # fmt: skip
+        try:
+            return body.base_sampling_params(max_tokens, self.tokenizer.vocab_size, logprobs, prompt_logprobs)
+        except SamplingParamsError as exc:
+            raise bad_request(str(exc), exc.param) from None
+        except ValueError as exc:
+            raise bad_request(str(exc)) from None
+
+    # ---- the engine conversation ----
+
+    async def run(
+        self,
+        operation: str,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        body: _SamplingFields,
+        base_id: str,
+    ) -> AsyncIterator[ChoiceUpdate]:
+        """Starts every (prompt, choice) engine request and yields their updates as they arrive."""
+        queue: asyncio.Queue[tuple[str, ipc.RequestDelta | None]] = asyncio.Queue()
+        choices: dict[str, Choice] = {}
+        timelines: dict[str, RequestTimeline] = {}
+        engine_ids: list[str] = []
+        arrival = time.time()
+        try:
+            for p, (prompt, sp) in enumerate(zip(prompts, params, strict=True)):
+                rid = f"{base_id}-{p}"
+                stream_ids = self.client.add_request(rid, prompt, sp, arrival, body.priority, body.cache_salt, queue)
+                engine_ids.append(rid)
+                for i, sid in enumerate(stream_ids):
+                    detok = IncrementalDetokenizer.from_params(self.tokenizer, prompt, sp)
+                    choices[sid] = Choice(p * sp.n + i, p, sid, detok)
+                    timelines[sid] = self.timeline(operation, sid, len(prompt), sp.max_tokens or 0)
+            open_ids = set(choices)
+            while open_ids:
+                rid, delta = await queue.get()
+                choice = choices[rid]
+                if delta is None:
+                    open_ids.discard(rid)
+                    if choice.finish_reason is None:
+                        raise EngineDeadError("the engine stopped while the request was running")
+                    continue
+                if delta.error is not None:
+                    raise bad_request(delta.error)
+                update = self._apply(choice, delta, timelines[rid])
+                if update.finished:
+                    open_ids.discard(rid)
+                    timelines[rid].finish(choice.finish_reason or "abort", len(choice.token_ids))
+                    if delta.finish_reason is None:
+                        self.client.abort([rid])  # a stop string ended it; free its blocks now
+                if update.text or update.token_ids or update.finished:
+                    yield update
+        finally:
+            unfinished = [sid for sid, c in choices.items() if c.finish_reason is None]
+            if unfinished:
+                self.client.abort(engine_ids)
+                for sid in unfinished:
+                    timelines[sid].finish("abort", len(choices[sid].token_ids))
+
+    def _apply(self, choice: Choice, delta: ipc.RequestDelta, timeline: RequestTimeline) -> ChoiceUpdate:
+        if delta.first_scheduled_time is not None:
+            timeline.scheduled(delta.first_scheduled_time)
+        if delta.prompt_logprobs is not None:
+            choice.prompt_logprobs = delta.prompt_logprobs
+        choice.num_cached_tokens = max(choice.num_cached_tokens, delta.num_cached_tokens)
+        new_ids = delta.new_token_ids
+        if new_ids:
+            timeline.tokens(len(new_ids))
+        text = choice.detokenizer.update(new_ids)
+        finished = False
+        if choice.detokenizer.stop is not None:
+            # The detokenizer cut the text at the stop string; tokens past it are not reported.
+            choice.finish_reason, choice.stop_reason = "stop", choice.detokenizer.stop
+            finished = True
+        elif delta.finish_reason is not None:
+            text += choice.detokenizer.flush()
+            choice.finish_reason, choice.stop_reason = delta.finish_reason, delta.stop_reason
+            finished = True
+        choice.token_ids.extend(new_ids)
+        logprobs = list(delta.logprobs or [])
+        choice.logprobs.extend(logprobs)
+        choice.text += text
+        return ChoiceUpdate(choice, text, new_ids, logprobs, finished)
+
+    def usage(self, prompts: list[list[int]], choices: list[Choice]) -> Usage:
+        prompt_tokens = sum(len(p) for p in prompts)
+        completion = sum(len(c.token_ids) for c in choices)
+        cached: dict[int, int] = {}
+        for c in choices:
+            cached[c.prompt_index] = max(cached.get(c.prompt_index, 0), c.num_cached_tokens)
+        return Usage(
+            prompt_tokens=prompt_tokens, completion_tokens=completion, total_tokens=prompt_tokens + completion,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(cached.values())),
+        )  # fmt: skip
+
+    # ---- /v1/completions ----
+
+    def prepare_completion(self, body: CompletionRequest) -> tuple[list[list[int]], list[SamplingParams]]:
+        self.check_model(body.model)
+        try:
+            raw_prompts = body.prompts()
+        except ValueError as exc:
+            raise bad_request(str(exc), "prompt") from None
+        prompts = [
+            self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in raw_prompts
+        ]  # fmt: skip
+        logprobs = body.logprobs
+        prompt_logprobs = logprobs if body.echo and logprobs is not None else None
+        params = []
+        for tokens in prompts:
+            self.check_prompt(tokens)
+            params.append(self.sampling_params(body, len(tokens), body.max_tokens, logprobs, prompt_logprobs))
+        self.check_admission()
+        return prompts, params
+
+    def completion_logprobs(self, entries: list[ipc.TokenLogprobs | None], offset: int) -> dict[str, list[Any]]:
+        tokens, token_logprobs, top, offsets = [], [], [], []
+        for entry in entries:
+            if entry is None:  # the first prompt token has no logprob
+                tokens.append("")
+                token_logprobs.append(None)
+                top.append(None)
+                offsets.append(offset)
+                continue
+            text = self.tokenizer.decode([entry.token_ids[0]], skip_special_tokens=False)
+            tokens.append(text)
+            token_logprobs.append(entry.logprobs[0])
+            top.append({
+                self.tokenizer.decode([t], skip_special_tokens=False): lp
+                for t, lp in zip(entry.token_ids[1:], entry.logprobs[1:], strict=True)
+            })  # fmt: skip
+            offsets.append(offset)
+            offset += len(text)
+        return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top, "text_offset": offsets}
+
+    async def completion(self, body: CompletionRequest) -> dict[str, Any]:
+        prompts, params = self.prepare_completion(body)
+        rid = random_id("cmpl")
+        choices: dict[int, Choice] = {}
+        async for update in self.run("text_completion", prompts, params, body, rid):
+            choices[update.choice.index] = update.choice
+        ordered = [choices[i] for i in sorted(choices)]
+        return {
+            "id": rid, "object": "text_completion", "created": now(), "model": self.model_name,
+            "choices": [self._completion_choice(c, prompts[c.prompt_index], body) for c in ordered],
+            "usage": self.usage(prompts, ordered).model_dump(),
+        }  # fmt: skip
+
+    def _completion_choice(self, c: Choice, prompt: list[int], body: CompletionRequest) -> dict[str, Any]:
+        text = c.text
+        logprobs = None
+        if body.echo:
+            prompt_text = self.tokenizer.decode(prompt, skip_special_tokens=False)
+            text = prompt_text + text
+            if body.logprobs is not None:
+                entries = list(c.prompt_logprobs or []) + list(c.logprobs)
+                logprobs = self.completion_logprobs(entries, 0)
+        elif body.logprobs is not None:
+            logprobs = self.completion_logprobs(list(c.logprobs), 0)
+        return {
+            "index": c.index, "text": text, "logprobs": logprobs, "finish_reason": c.finish_reason,
+            "stop_reason": c.stop_reason,
+        }  # fmt: skip
+
+    async def completion_stream(
+        self, body: CompletionRequest, prompts: list[list[int]], params: list[SamplingParams]
+    ) -> AsyncIterator[str]:
+        rid = random_id("cmpl")
+        created = now()
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        seen: dict[int, Choice] = {}
+        offsets: dict[int, int] = {}
+
+        def chunk(choices: list[dict[str, Any]], usage: Usage | None = None) -> str:
+            data = {"id": rid, "object": "text_completion", "created": created, "model": self.model_name,
+                    "choices": choices}  # fmt: skip
+            if include_usage:
+                data["usage"] = usage.model_dump() if usage is not None else None
+            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+        try:
+            if body.echo:
+                for p, prompt in enumerate(prompts):
+                    echo = self.tokenizer.decode(prompt, skip_special_tokens=False)
+                    for i in range(params[p].n):
+                        offsets[p * params[p].n + i] = len(echo)
+                        yield chunk([{"index": p * params[p].n + i, "text": echo, "logprobs": None,
+                                      "finish_reason": None}])  # fmt: skip
+            async for u in self.run("text_completion", prompts, params, body, rid):
+                c = u.choice
+                seen[c.index] = c
+                logprobs = None
+                if body.logprobs is not None and u.logprobs:
+                    logprobs = self.completion_logprobs(list(u.logprobs), offsets.get(c.index, 0))
+                offsets[c.index] = offsets.get(c.index, 0) + len(u.text)
+                yield chunk([{
+                    "index": c.index, "text": u.text, "logprobs": logprobs,
+                    "finish_reason": c.finish_reason if u.finished else None,
+                    "stop_reason": c.stop_reason if u.finished else None,
+                }])  # fmt: skip
+            if include_usage:
+                data = {"id": rid, "object": "text_completion", "created": created, "model": self.model_name,
+                        "choices": [], "usage": self.usage(prompts, list(seen.values())).model_dump()}  # fmt: skip
+                yield f"data: {json.dumps(data)}\n\n"
+        except EngineDeadError as exc:
+            yield _stream_error(503, "unavailable_error", str(exc))
+        except APIError as exc:
+            yield _stream_error(exc.status, exc.type, exc.message)
+        yield "data: [DONE]\n\n"
+
+    # ---- /v1/chat/completions ----
+
+    def prepare_chat(self, body: ChatCompletionRequest) -> tuple[list[list[int]], list[SamplingParams]]:
+        self.check_model(body.model)
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=body.add_generation_prompt, **(body.chat_template_kwargs or {})
+            )
+        except ValueError as exc:
+            raise bad_request(f"the chat template could not render these messages: {exc}", "messages") from None
+        prompt = self.tokenizer.encode(text, add_special_tokens=False)
+        self.check_prompt(prompt, "messages")
+        top = body.top_logprobs or 0
+        params = self.sampling_params(
+            body, len(prompt), body.requested_max_tokens(), top if body.logprobs else None, None
+        )
+        self.check_admission()
+        return [prompt], [params]
+
+    def chat_logprobs(self, entries: list[ipc.TokenLogprobs]) -> dict[str, Any]:
+        def item(token: int, logprob: float) -> dict[str, Any]:
+            text = self.tokenizer.decode([token], skip_special_tokens=False)
+            return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+        return {"content": [
+            {**item(e.token_ids[0], e.logprobs[0]),
+             "top_logprobs": [item(t, lp) for t, lp in zip(e.token_ids[1:], e.logprobs[1:], strict=True)]}
+            for e in entries
+        ]}  # fmt: skip
+
+    async def chat(self, body: ChatCompletionRequest) -> dict[str, Any]:
+        prompts, params = self.prepare_chat(body)
+        rid = random_id("chatcmpl")
+        choices: dict[int, Choice] = {}
+        async for update in self.run("chat", prompts, params, body, rid):
+            choices[update.choice.index] = update.choice
+        ordered = [choices[i] for i in sorted(choices)]
+        return {
+            "id": rid, "object": "chat.completion", "created": now(), "model": self.model_name,
+            "choices": [{
+                "index": c.index, "message": {"role": "assistant", "content": c.text},
+                "logprobs": self.chat_logprobs(c.logprobs) if body.logprobs else None,
+                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
+            } for c in ordered],
+            "usage": self.usage(prompts, ordered).model_dump(),
+        }  # fmt: skip
+
+    async def chat_stream(
+        self, body: ChatCompletionRequest, prompts: list[list[int]], params: list[SamplingParams]
+    ) -> AsyncIterator[str]:
+        rid = random_id("chatcmpl")
+        created = now()
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        seen: dict[int, Choice] = {}
+
+        def chunk(choices: list[dict[str, Any]]) -> str:
+            data = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model_name,
+                    "choices": choices}  # fmt: skip
+            if include_usage:
+                data["usage"] = None
+            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+        try:
+            for i in range(params[0].n):
+                yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                              "finish_reason": None}])  # fmt: skip
+            async for u in self.run("chat", prompts, params, body, rid):
+                c = u.choice
+                seen[c.index] = c
+                delta = {"content": u.text} if u.text or not u.finished else {}
+                yield chunk([{
+                    "index": c.index, "delta": delta,
+                    "logprobs": self.chat_logprobs(u.logprobs) if body.logprobs and u.logprobs else None,
+                    "finish_reason": c.finish_reason if u.finished else None,
+                    "stop_reason": c.stop_reason if u.finished else None,
+                }])  # fmt: skip
+            if include_usage:
+                data = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model_name,
+                        "choices": [], "usage": self.usage(prompts, list(seen.values())).model_dump()}  # fmt: skip
+                yield f"data: {json.dumps(data)}\n\n"
+        except EngineDeadError as exc:
+            yield _stream_error(503, "unavailable_error", str(exc))
+        except APIError as exc:
+            yield _stream_error(exc.status, exc.type, exc.message)
+        yield "data: [DONE]\n\n"
+
+
+def _stream_error(status: int, kind: str, message: str) -> str:
+    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return f"data: {json.dumps(body)}\n\n"

@@ -1,0 +1,63 @@
+"""OpenTelemetry tracing: one span per engine request with the GenAI semantic-convention attributes.
+
+Off by default (no provider is installed and spans are no-ops). ``--otel-exporter console`` prints spans;
+``otlp`` sends them to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when the OTLP exporter package is installed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+log = logging.getLogger(__name__)
+Exporter = Literal["off", "console", "otlp"]
+
+
+def configure_tracing(exporter: Exporter, service_name: str = "paged-engine") -> trace.Tracer:
+    if exporter == "off":
+        return trace.NoOpTracer()
+    span_exporter: SpanExporter
+    if exporter == "console":
+        span_exporter = ConsoleSpanExporter()
+    else:
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        except ImportError as exc:
+            raise SystemExit(
+                "--otel-exporter otlp needs the OTLP exporter: pip install opentelemetry-exporter-otlp"
+            ) from exc
+        span_exporter = OTLPSpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    log.info("tracing enabled, exporter: %s", exporter)
+    return provider.get_tracer("paged_engine")
+
+
+class RequestSpan:
+    def __init__(self, tracer: trace.Tracer, operation: str, model: str, request_id: str, max_tokens: int) -> None:
+        self._span = tracer.start_span(
+            f"{operation} {model}",
+            kind=trace.SpanKind.SERVER,
+            attributes={
+                "gen_ai.operation.name": operation,
+                "gen_ai.system": "paged",
+                "gen_ai.request.model": model,
+                "gen_ai.response.model": model,
+                "gen_ai.response.id": request_id,
+                "gen_ai.request.max_tokens": max_tokens,
+            },
+        )
+
+    def first_token(self, seconds: float) -> None:
+        self._span.set_attribute("gen_ai.server.time_to_first_token", seconds)
+
+    def end(self, finish_reason: str, input_tokens: int, output_tokens: int) -> None:
+        self._span.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+        self._span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+        self._span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+        self._span.end()
