@@ -5,12 +5,13 @@ the end of its tokens, so the figures are the scheduler's own cost per engine st
 are replaced by new ones (sharing a system-prompt prefix), so the running count stays at the target and
 steps mix decodes with prefill chunks, prefix hits, frees and block hashing.
 
-    python benchmarks/bench_scheduler.py [--sizes 16 256 1024] [--steps 200] [--hash sha256]
+    python benchmarks/bench_scheduler.py [--sizes 16 256 1024] [--steps 200] [--hash sha256] [--no-gc]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import platform
 import random
 import time
@@ -134,9 +135,17 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 256, 1024])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--hash", default="sha256", choices=["sha256", "builtin"])
+    parser.add_argument(
+        "--no-gc", action="store_true", help="disable the cyclic GC, whose passes grow with the live request count"
+    )
     args = parser.parse_args()
+    if args.no_gc:
+        gc.disable()
 
-    print(f"python {platform.python_version()} on {platform.machine()}, block size {BLOCK_SIZE}, hash {args.hash}")
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, block size {BLOCK_SIZE}, "
+        f"hash {args.hash}, gc {'off' if args.no_gc else 'on'}"
+    )
     print("CPU time per engine step (scheduler only; the simulated model is excluded), wall time for reference")
     header = f"{'running':>8} {'schedule µs':>12} {'update µs':>10} {'step µs':>9} {'µs/request':>11} {'wall µs':>9}"
     print(f"{header} {'pool ops/s':>12}")

@@ -8,7 +8,7 @@ from .outputs import Logprobs
 from .request import FinishReason
 
 
-@dataclass
+@dataclass(slots=True)
 class EngineCoreOutput:
     """New tokens of one request in one step, and how it ended if it did.
 

@@ -25,7 +25,7 @@ class ComputedBlocks:
     num_tokens: int
 
 
-@dataclass
+@dataclass(slots=True)
 class SlotAllocation:
     """What one ``allocate_slots`` call changed, for the model runner."""
 

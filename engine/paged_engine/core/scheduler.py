@@ -169,17 +169,20 @@ class Scheduler:
         allocations: dict[str, SlotAllocation] = {}
         preempted: list[Request] = []
 
+        running = self.running  # preemption removes from this same list
+        allocate_slots = self.kv.allocate_slots
+        num_new_tokens = self._num_new_tokens
         index = 0
-        while index < len(self.running) and budget > 0:
-            request = self.running[index]
-            num_new = self._num_new_tokens(request, request.num_computed_tokens, budget)
+        while index < len(running) and budget > 0:
+            request = running[index]
+            num_new = num_new_tokens(request, request.num_computed_tokens, budget)
             if num_new <= 0:
                 index += 1
                 continue
-            allocation = self.kv.allocate_slots(request, num_new)
+            allocation = allocate_slots(request, num_new)
             while allocation is None:
                 victim = self._pick_victim()
-                victim_index = self.running.index(victim)
+                victim_index = running.index(victim)
                 if victim.request_id in scheduled:  # only under the priority policy
                     budget += scheduled.pop(victim.request_id)
                     allocations.pop(victim.request_id)
@@ -189,7 +192,7 @@ class Scheduler:
                     break
                 if victim_index < index:
                     index -= 1
-                allocation = self.kv.allocate_slots(request, num_new)
+                allocation = allocate_slots(request, num_new)
             if allocation is None:
                 continue  # the request preempted itself; ``index`` now points at its successor
             scheduled[request.request_id] = num_new
@@ -256,15 +259,14 @@ class Scheduler:
         self, scheduled: dict[str, int], allocations: dict[str, SlotAllocation], preempted: list[Request]
     ) -> SchedulerOutput:
         out = SchedulerOutput()
+        requests, sent, cached_requests = self.requests, self._sent, out.cached_requests
         for req_id, num_new in scheduled.items():
-            request = self.requests[req_id]
+            request = requests[req_id]
             allocation = allocations[req_id]
-            if req_id in self._sent:
+            if req_id in sent:
                 if allocation.copy_on_write:
                     raise RuntimeError(f"copy-on-write for {req_id!r}, whose block table the runner already holds")
-                out.cached_requests.append(
-                    CachedRequestData(req_id, allocation.new_block_ids, request.num_computed_tokens)
-                )
+                cached_requests.append(CachedRequestData(req_id, allocation.new_block_ids, request.num_computed_tokens))
             else:
                 out.new_requests.append(
                     NewRequestData(
@@ -276,8 +278,8 @@ class Scheduler:
                         request.num_computed_tokens,
                     )
                 )
-                self._sent.add(req_id)
-            out.copy_on_write.extend(allocation.copy_on_write)
+                sent.add(req_id)
+                out.copy_on_write.extend(allocation.copy_on_write)  # only ever for a child's first step
             request.num_computed_tokens += num_new
         out.num_scheduled_tokens = scheduled
         out.total_num_scheduled_tokens = sum(scheduled.values())
