@@ -10,9 +10,10 @@ R1    tuner proposes a change, autoscaler wants to scale up  tune first (instant
                                                              unless scale-up has been deferred for
                                                              ``max_scale_up_deferral_s`` → scale
 R2    tuner proposes a change, no scale-up wanted            tune; a wanted scale-down is dropped
-R3    tuner mid-adjustment (in its cool-down), scale-up      in panic (a burst) → scale now; otherwise
-                                                             defer, to see whether the change fixed it,
-                                                             unless deferred too long → scale
+R3    tuner mid-adjustment (in its cool-down), scale-up      in panic (a burst) after a lowering → scale
+                                                             now; otherwise defer, to see whether the
+                                                             change fixed it, unless deferred too long
+                                                             → scale
 R4    tuner mid-adjustment, scale-down                       hold: the metrics still reflect the old
                                                              budget, so the scale-down may be wrong
 R5    otherwise, the autoscaler wants a change               scale
@@ -23,9 +24,12 @@ Why tune first: a preemption storm with KV near full is fixed in seconds by runn
 sequences, and idle KV with a queue behind a binding ``max_num_seqs`` by running more, while a new
 replica takes minutes to load. If the change was not enough the queue keeps growing, the
 autoscaler keeps asking, and the scale-up happens once the tuner's cool-down shows it (or, at the
-latest, ``max_scale_up_deferral_s`` after it was first wanted). A burst (panic) waits at most one
-decision: the tuner's change goes first, the scale-up follows at the next decision without waiting
-for the cool-down. Scale-down is never urgent, so it always yields.
+latest, ``max_scale_up_deferral_s`` after it was first wanted). A burst (panic) behind a lowered
+budget waits at most one decision: a storm at full KV means memory is short, so the scale-up
+follows at the next decision without waiting for the cool-down. Behind a *raise* it waits for the
+cool-down: the raise added capacity on every pod at once, and the burst was measured (as arrivals
+over completions) against the old, smaller batch, so it is overstated until the change shows.
+Scale-down is never urgent, so it always yields.
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from paged_operator.autoscaler import ScaleDecision
-from paged_operator.budget_tuner import Budgets, TuneDecision
+from paged_operator.budget_tuner import Budgets, TuneDecision, TuneKind
+
+#: Budget changes that add capacity on every pod at once: a burst measured before them is overstated.
+RAISES = frozenset({TuneKind.RAISE_SEQS, TuneKind.RAISE_TOKENS})
 
 
 class Action(StrEnum):
@@ -56,9 +63,11 @@ class ArbiterSpec:
 
 @dataclass(frozen=True)
 class ArbiterState:
-    """``up_deferred_since``: when a still-wanted scale-up was first deferred; None when none is waiting."""
+    """``up_deferred_since``: when a still-wanted scale-up was first deferred (None when none is waiting);
+    ``last_tune``: the kind of the last budget change this arbiter let through."""
 
     up_deferred_since: float | None = None
+    last_tune: TuneKind | None = None
 
 
 @dataclass(frozen=True)
@@ -86,34 +95,36 @@ def arbitrate(
         since = now
     overdue = wants_up and since is not None and now - since >= spec.max_scale_up_deferral_s
 
+    last = state.last_tune
+
     def scale_to(rule: str, why: str) -> tuple[Verdict, ArbiterState]:
-        return Verdict(Action.SCALE, rule, f"{why}: {scale.reason}", replicas=scale.desired), ArbiterState()
+        verdict = Verdict(Action.SCALE, rule, f"{why}: {scale.reason}", replicas=scale.desired)
+        return verdict, ArbiterState(last_tune=last)
 
     def defer(rule: str, why: str) -> tuple[Verdict, ArbiterState]:
         waited = now - since if since is not None else 0.0
         return (
             Verdict(Action.NONE, rule, f"{why}; scale-up to {scale.desired} deferred {waited:.0f} s"),
-            ArbiterState(since),
+            ArbiterState(since, last),
         )
 
     if tune.budgets is not None:
         if overdue:
             return scale_to("R1", f"scale-up deferred {spec.max_scale_up_deferral_s:g} s behind budget tuning")
         verdict = Verdict(Action.TUNE, "R1" if wants_up else "R2", _tune_reason(tune, scale), budgets=tune.budgets)
-        return verdict, ArbiterState(since)
+        return verdict, ArbiterState(since, tune.kind)
     if tuner_cooling and wants_up:
-        if scale.panic:
+        if scale.panic and last not in RAISES:
             return scale_to("R3", "burst: scaling up without waiting for the budget change to settle")
         if overdue:
             return scale_to("R3", f"budget change did not suffice within {spec.max_scale_up_deferral_s:g} s")
         return defer("R3", "waiting for the last budget change to take effect")
     if tuner_cooling and wants_down:
-        return Verdict(
-            Action.NONE, "R4", f"no scale-down while a budget change settles: {scale.reason}"
-        ), ArbiterState()
+        why = f"no scale-down while a budget change settles: {scale.reason}"
+        return Verdict(Action.NONE, "R4", why), ArbiterState(last_tune=last)
     if scale.change != 0:
         return scale_to("R5", "scaling")
-    return Verdict(Action.NONE, "R6", f"{tune.reason}; {scale.reason}"), ArbiterState()
+    return Verdict(Action.NONE, "R6", f"{tune.reason}; {scale.reason}"), ArbiterState(last_tune=last)
 
 
 def _tune_reason(tune: TuneDecision, scale: ScaleDecision) -> str:

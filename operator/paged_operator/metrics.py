@@ -281,8 +281,9 @@ class FleetView:
     taken over each pod's last scrape interval, since the split of traffic changes when pods come and go.
     ``waiting_median`` is the typical pod's queue: a backlog stuck on one pod is not one that more
     replicas can work off (queued requests do not move between engines).
-    ``seq_budget_usage`` is running sequences over ``max_num_seqs`` (mean of pods that report their
-    budget): the scheduler's other capacity limit besides KV blocks.
+    ``seq_budget_usage`` is running sequences over ``max_num_seqs`` (median of the pods that report
+    their budget): the scheduler's other capacity limit besides KV blocks. The median, because one
+    pod working off its own stuck queue runs a full batch without saying anything about the fleet.
     ``degraded``: fewer pods answered than the collection settings require; decisions on this view
     must not scale down (a partial view can hide load, not invent it).
     """
@@ -376,7 +377,7 @@ def fleet_view(
         kv_usage_mean=_mean([s.kv_usage for s in current]),
         kv_usage_max=max(s.kv_usage for s in current),
         running_per_replica=_mean([s.running for s in current]),
-        seq_budget_usage=_mean(slots) if slots else None,
+        seq_budget_usage=statistics.median(slots) if slots else None,
         waiting_per_replica=_mean(waiting),
         waiting_median=statistics.median(waiting),
         waiting_total=sum(waiting),

@@ -8,7 +8,7 @@ The model is a fluid one (fractional requests), stepped once per simulated secon
   counter counts them) and the re-prefill wastes time, so a budget above the KV capacity thrashes.
 * A pod completes ``running / (output_tokens × step_time)`` requests per second with
   ``step_time = step_base_s + step_per_seq_s × running`` (bigger batches: more throughput, slower each).
-* KV usage is ``running / kv_capacity_seqs`` after admission (the step's peak). New pods take
+* KV usage is ``running / kv_capacity_seqs`` for the step's batch (reported with the batch size). New pods take
   ``start_delay_s`` to become ready; removed pods hand their queues back to the others.
 
 Every ``tick_s`` the fleet is "scraped" into ``EngineSample``s with cumulative counters, fed to
@@ -64,7 +64,8 @@ class Pod:
     waiting: float = 0.0
     preemptions_total: float = 0.0
     finished_total: float = 0.0
-    kv_usage: float = 0.0  # peak of the last step (before completions free blocks)
+    kv_usage: float = 0.0  # the last step's batch, as the engine's gauges report it (before completions)
+    batch: float = 0.0
 
 
 @dataclass
@@ -136,7 +137,7 @@ def simulate(
                 time=t,
                 pod=p.name,
                 kv_usage=p.kv_usage,
-                running=p.running,
+                running=p.batch,
                 waiting=p.waiting,
                 preemptions_total=p.preemptions_total,
                 finished_total=p.finished_total,
@@ -190,6 +191,7 @@ def _step(model: FleetModel, pod: Pod) -> None:
     pod.waiting += overflow
     pod.preemptions_total += overflow
     pod.kv_usage = min(1.0, pod.running / model.kv_capacity_seqs)
+    pod.batch = pod.running
     done = min(pod.running, model.completions_per_s(pod.running, overflow))
     pod.running -= done
     pod.finished_total += done
@@ -232,18 +234,28 @@ if __name__ == "__main__":
         autoscaling=AutoscalingPolicySpec(max_replicas=12, panic_window_s=20),
         budget=BudgetSpec(min_num_seqs=8, max_num_seqs=128),
     )
-    traces = {
-        "step 2→12 req/s": step_trace(2, 12, 300),
-        "ramp 2→16 req/s": ramp_trace(2, 16, 300, 1200),
-        "burst 2→30 req/s 60 s": burst_trace(2, 30, 300, 60),
-        "square 4/10 req/s 120 s": square_trace(4, 10, 120),
+    model = FleetModel()
+    per_pod = model.capacity_at(0.75)
+    cases = {
+        "step 2→12 req/s": (step_trace(2, 12, 300), 12, Budgets(36, 2048)),
+        "ramp 2→16 req/s over 20 min": (ramp_trace(2, 16, 300, 1200), 16, Budgets(36, 2048)),
+        "burst 2→30 req/s for 60 s": (burst_trace(2, 30, 300, 60), 30, Budgets(36, 2048)),
+        "square 4/10 req/s, 120 s period": (square_trace(4, 10, 120), 10, Budgets(36, 2048)),
+        "step 2→12, thrashing budget 128": (step_trace(2, 12, 300), 12, Budgets(128, 2048)),
+        "8 req/s, budget 8 too small": (lambda t: 8.0, 8, Budgets(8, 2048)),
     }
-    for name, trace in traces.items():
-        r = simulate(spec, trace, duration_s=3000, replicas=1, budgets=Budgets(64, 2048))
+    columns = (
+        "trace | need | max replicas | final | reversals | t to need | panic ticks | budget changes | max_num_seqs"
+    )
+    print(f"| {columns} |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, (trace, peak, budgets) in cases.items():
+        r = simulate(spec, trace, duration_s=3000, replicas=1 if "budget 8" not in name else 2, budgets=budgets)
+        need = math.ceil(peak / per_pod)
+        reached = next((t.time for t in r.ticks if t.replicas >= need), math.nan)
         last = r.ticks[-1]
         print(
-            f"{name:26s} replicas {min(r.replicas())}..{max(r.replicas())} end {last.replicas} "
-            f"reversals {r.reversals()} kv {last.kv_usage:.2f} waiting {last.waiting_per_replica:.1f} "
-            f"budgets {last.budgets} panic ticks {sum(t.panic for t in r.ticks)} "
-            f"tunes {sum(t.action is Action.TUNE for t in r.ticks)}"
+            f"| {name} | {need} | {max(r.replicas())} | {last.replicas} | {r.reversals()} | {reached:.0f} s "
+            f"| {sum(t.panic for t in r.ticks)} | {sum(t.action is Action.TUNE for t in r.ticks)} "
+            f"| {last.budgets.max_num_seqs if last.budgets else '-'} |"
         )

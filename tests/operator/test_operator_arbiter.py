@@ -31,7 +31,8 @@ LONG_AGO = ArbiterState(up_deferred_since=0.0)  # with now=200: deferred 200 s >
         ("R2", DOWN, RAISE, False, ArbiterState(), Action.TUNE, None, RAISE.budgets),
         ("R2", HOLD, LOWER, False, ArbiterState(), Action.TUNE, None, LOWER.budgets),
         ("R3", UP, NO_TUNE, True, ArbiterState(), Action.NONE, None, None),
-        ("R3", PANIC, NO_TUNE, True, ArbiterState(), Action.SCALE, 7, None),
+        ("R3", PANIC, NO_TUNE, True, ArbiterState(last_tune=TuneKind.LOWER_SEQS), Action.SCALE, 7, None),
+        ("R3", PANIC, NO_TUNE, True, ArbiterState(last_tune=TuneKind.RAISE_SEQS), Action.NONE, None, None),
         ("R3", UP, NO_TUNE, True, LONG_AGO, Action.SCALE, 5, None),
         ("R4", DOWN, NO_TUNE, True, ArbiterState(), Action.NONE, None, None),
         ("R5", UP, NO_TUNE, False, ArbiterState(), Action.SCALE, 5, None),
@@ -67,6 +68,15 @@ def test_a_burst_waits_at_most_one_decision() -> None:
     assert verdict.action is Action.TUNE
     verdict, _ = arbitrate(SPEC, state, PANIC, NO_TUNE, tuner_cooling=True, now=10)
     assert verdict.action is Action.SCALE and verdict.replicas == 7
+
+
+def test_a_burst_behind_a_raise_waits_for_the_cool_down_but_not_past_the_bound() -> None:
+    verdict, state = arbitrate(SPEC, ArbiterState(), PANIC, RAISE, tuner_cooling=False, now=0)
+    assert verdict.action is Action.TUNE and state.last_tune is TuneKind.RAISE_SEQS
+    verdict, state = arbitrate(SPEC, state, PANIC, NO_TUNE, tuner_cooling=True, now=10)
+    assert verdict.action is Action.NONE and "deferred 10 s" in verdict.reason
+    verdict, _ = arbitrate(SPEC, state, PANIC, NO_TUNE, tuner_cooling=True, now=120)
+    assert verdict.action is Action.SCALE
 
 
 def test_deferral_clock_resets_when_scale_up_is_no_longer_wanted() -> None:

@@ -221,4 +221,4 @@ def test_waiting_median_and_budget_usage() -> None:
     w = w.add(current, now=0)
     v = fleet_view(w, current, ready=3, now=0, rate_window_s=30)
     assert v is not None and v.waiting_median == 2 and v.waiting_per_replica == pytest.approx(302 / 3)
-    assert v.seq_budget_usage == pytest.approx((1.0 + 0.25) / 2)
+    assert v.seq_budget_usage == pytest.approx((1.0 + 0.25) / 2)  # median of the two pods with a budget
