@@ -49,12 +49,14 @@ class Sampler:
             raw_logprobs = torch.log_softmax(logits[metadata.logprob_rows], dim=-1)
 
         process_logits(logits, metadata)
-        sampled = logits.argmax(dim=-1)
-        if not metadata.all_greedy:
+        if metadata.all_greedy:
+            sampled = logits.argmax(dim=-1)
+        else:
             assert metadata.random_rows is not None
             if metadata.random_rows.numel() == metadata.num_rows:
                 sampled = _sample_random(logits, metadata)
             else:
+                sampled = logits.argmax(dim=-1)
                 sampled[metadata.random_rows] = _sample_random(logits[metadata.random_rows], metadata)
 
         logprobs = None

@@ -1,7 +1,15 @@
 """Tokenizers (Hugging Face folders and GGUF metadata), chat templates and streaming detokenization."""
 
 from paged_engine.tokenizer.chat_template import ChatTemplate, ChatTemplateError
+from paged_engine.tokenizer.detokenizer import IncrementalDetokenizer
 from paged_engine.tokenizer.loader import load_tokenizer
 from paged_engine.tokenizer.tokenizer import FastTokenizer, Tokenizer
 
-__all__ = ["ChatTemplate", "ChatTemplateError", "FastTokenizer", "Tokenizer", "load_tokenizer"]
+__all__ = [
+    "ChatTemplate",
+    "ChatTemplateError",
+    "FastTokenizer",
+    "IncrementalDetokenizer",
+    "Tokenizer",
+    "load_tokenizer",
+]
