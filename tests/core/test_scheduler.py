@@ -315,3 +315,37 @@ def test_preempted_request_resumes_with_its_outputs_and_hits_its_own_blocks():
     assert data.num_computed_tokens == 8
     assert out.num_scheduled_tokens["c"] == 1
     run_until_done(scheduler, runner)
+
+
+def test_priority_preemption_undoes_a_victim_scheduled_earlier_in_the_step():
+    # 6 usable blocks. lo (priority 5) runs first; hi (priority 0) arrives later, so running is [lo, hi].
+    scheduler = make_scheduler(num_blocks=7, block_size=BS, max_num_seqs=2, max_model_len=24, policy="priority")
+    runner = FakeRunner(scheduler.kv.config)
+    scheduler.add_request(new_request("lo", [1] * 9, max_tokens=8, priority=5))
+    step(scheduler, runner)  # lo: 10 tokens, 3 blocks
+    scheduler.add_request(new_request("hi", [2] * 12, max_tokens=8, priority=0))
+    step(scheduler, runner)  # lo: 11 tokens; hi: 13 tokens, 3 blocks: the pool is full
+    assert [r.request_id for r in scheduler.running] == ["lo", "hi"]
+    # lo's token 10 fits its third block, so lo is scheduled first; hi's token 12 needs a fourth block,
+    # and the lowest-priority victim is lo, already scheduled in this step: its scheduling is undone.
+    out, result = step(scheduler, runner)
+    assert out.preempted_req_ids == {"lo"}
+    assert out.num_scheduled_tokens == {"hi": 1} and out.total_num_scheduled_tokens == 1
+    assert result.stats.num_preemptions == 1 and scheduler.waiting.peek().request_id == "lo"
+    run_until_done(scheduler, runner)
+
+
+def test_abort_waiting_request_and_fork_parent_before_fork():
+    scheduler = make_scheduler(block_size=BS, max_num_seqs=2, max_num_batched_tokens=4)
+    runner = FakeRunner(scheduler.kv.config)
+    scheduler.add_request(new_request("p", list(range(10)), params={"n": 2}))
+    scheduler.add_request(new_request("w", [1, 2, 3]))
+    step(scheduler, runner)  # p prefills its first chunk; w waits (p holds both seats)
+    assert scheduler.num_waiting == 1 and scheduler._reserved_seats == 1
+    outputs = scheduler.abort(["w", "p"])
+    assert sorted(o.req_id for o in outputs) == ["p", "w"]
+    assert scheduler._reserved_seats == 0 and not scheduler._reserved_ids
+    out, _ = step(scheduler, runner)
+    assert out.finished_req_ids == {"p"}  # w never reached the runner
+    assert scheduler.kv.usage == 0.0 and not runner.states
+    scheduler.add_request(new_request("p-0", [1]))  # the reserved child ids are free again
