@@ -84,7 +84,7 @@ class AutoscalingPolicySpec:
     max_step_up: int = 4
     max_step_down: int = 1
     panic_threshold: float = 2.0
-    panic_window_s: float = 10.0
+    panic_window_s: float = 30.0
     panic_hold_s: float = 60.0
     dry_run: bool = False
 
@@ -292,7 +292,9 @@ def decide(
     signals = compute_signals(spec, view, ready, starting)
     top = max(signals, key=lambda s: s.demand)
     raw = spec.clamp(_replicas_for(top.demand, capacity, spec.tolerance))
-    burst_demand = max((s.demand for s in signals if s.name in BURST_SIGNALS), default=0.0)
+    load = [s for s in signals if s.name in BURST_SIGNALS]
+    burst_top = max(load, key=lambda s: s.demand) if load else None
+    burst_demand = burst_top.demand if burst_top else 0.0
     history = (
         *(r for r in state.history if r.time > now - spec.history_s),
         Recommendation(now, top.demand, burst_demand, raw),
@@ -313,7 +315,8 @@ def decide(
     if panic:
         # Sized by the load signals: preemptions scale up only through the stabilised path.
         target = max(capacity, spec.clamp(_replicas_for(burst_demand, capacity, spec.tolerance)))
-        notes.append("panic: burst of demand, scaling up without waiting, no scale-down")
+        by = f" ({burst_top.name} asks for {target})" if burst_top else ""
+        notes.append(f"panic{by}: burst of demand, scaling up without waiting, no scale-down")
     else:
         up = min(r.replicas for r in within(spec.stabilization_window_up_s))
         down = max(r.replicas for r in within(spec.stabilization_window_down_s))
