@@ -29,6 +29,7 @@ from .request import Request, RequestStatus
 from .request_queue import make_queue
 from .scheduler_config import SchedulerConfig
 from .stats import SchedulerStats
+from .stop_conditions import check_stop
 
 
 class RequestValidationError(ValueError):
@@ -339,28 +340,9 @@ class Scheduler:
         for token in sampled:
             request.append_output_token(token)
             new_tokens.append(token)
-            if self._check_stop(request):
+            if check_stop(request, self.config.max_model_len):
                 break
         return new_tokens
-
-    def _check_stop(self, request: Request) -> bool:
-        """EOS (unless ignore_eos) and stop tokens end a request once min_tokens are out; then the length
-        limits (max_tokens, max_model_len)."""
-        params = request.sampling_params
-        token = request.all_token_ids[-1]
-        if request.num_output_tokens >= params.min_tokens:
-            is_eos = not params.ignore_eos and token == request.eos_token_id
-            if is_eos or token in params.stop_token_ids:
-                request.status = RequestStatus.FINISHED_STOPPED
-                request.stop_token_id = token
-                return True
-        max_tokens = params.max_tokens
-        if (max_tokens is not None and request.num_output_tokens >= max_tokens) or (
-            request.num_tokens >= self.config.max_model_len
-        ):
-            request.status = RequestStatus.FINISHED_LENGTH
-            return True
-        return False
 
     @staticmethod
     def _make_output(
