@@ -198,3 +198,35 @@ def test_seeded_top_k_row_is_independent_of_other_rows_k():
     assert run([SamplingParams(top_k=40)]) == alone
     assert run([SamplingParams(top_p=0.9), SamplingParams(temperature=0.0)]) == alone
     assert len(set(alone)) > 1
+
+
+def test_plain_greedy_batch_builds_nothing_but_the_flag():
+    rows = rows_for(*[SamplingParams(temperature=0.0)] * 3, SamplingParams(temperature=1e-6, top_p=0.5))
+    metadata = SamplingMetadata.build(rows, vocab_size=VOCAB, eos_token_ids=[0])
+    assert metadata.all_greedy
+    assert metadata.random_rows is None and metadata.temperature is None and metadata.top_p is None
+    assert metadata.penalties is None and metadata.logit_bias is None
+    assert metadata.banned_tokens is None and metadata.allowed_tokens is None and metadata.logprob_rows is None
+
+
+def test_metadata_only_carries_what_rows_ask_for():
+    rows = rows_for(
+        SamplingParams(temperature=1.0),
+        SamplingParams(temperature=0.5, top_p=0.9),
+        SamplingParams(temperature=0.0, presence_penalty=1.0),
+    )
+    metadata = SamplingMetadata.build(rows, vocab_size=VOCAB)
+    assert metadata.random_rows.tolist() == [0, 1]
+    assert metadata.temperature.tolist() == [1.0, 0.5]
+    assert metadata.top_k is None and metadata.min_p is None
+    assert metadata.top_p.tolist() == pytest.approx([1.0, 0.9])
+    assert metadata.penalties.rows.tolist() == [2]
+    assert metadata.penalties.seen_tokens is None  # no repetition penalty: prompt tokens are not even collected
+
+
+def test_min_tokens_holds_off_eos_on_random_rows():
+    logits = torch.full((200, VOCAB), -5.0)
+    logits[:, 0] = 5.0  # EOS dominates
+    rows = rows_for(*[SamplingParams(temperature=1.0, min_tokens=1)] * 200)
+    torch.manual_seed(0)
+    assert (sample(logits, rows, eos=(0,)) != 0).all()

@@ -41,6 +41,26 @@ def test_prompt_tail_starting_inside_a_character_does_not_corrupt_output(tiny_to
     assert "".join(stream(tok, output, prompt=prompt)[0]) == "ü"
 
 
+class CountingTokenizer:
+    """Delegates to a real tokenizer and records how many ids each decode call was given."""
+
+    def __init__(self, inner: FastTokenizer) -> None:
+        self.inner = inner
+        self.decoded_lengths: list[int] = []
+
+    def decode(self, token_ids, skip_special_tokens=True) -> str:
+        self.decoded_lengths.append(len(token_ids))
+        return self.inner.decode(token_ids, skip_special_tokens=skip_special_tokens)
+
+
+def test_each_step_decodes_a_short_window_not_the_whole_sequence(tiny_tokenizer: FastTokenizer):
+    counting = CountingTokenizer(tiny_tokenizer)
+    ids = tiny_tokenizer.encode(" hello world ü" * 100, add_special_tokens=False)
+    deltas, _ = stream(counting, ids, prompt=tiny_tokenizer.encode("hello world"))
+    assert "".join(deltas) == tiny_tokenizer.decode(ids)
+    assert len(ids) > 400 and max(counting.decoded_lengths) <= 6
+
+
 def test_special_tokens_skipped_or_shown(tiny_tokenizer: FastTokenizer):
     tok = tiny_tokenizer
     ids = tok.encode("hello<end_of_turn> world", add_special_tokens=False)
