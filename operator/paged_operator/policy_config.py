@@ -1,0 +1,60 @@
+"""From a ModelDeployment's spec to the policies' inputs: the one place where API fields meet policy knobs.
+
+The API exposes what users reason about (targets, windows, steps, bounds); the knobs it does not
+expose keep the policies' defaults, except those that must follow the decision interval: rates and
+the panic average need at least two samples, and a budget change needs a few decisions to show.
+"""
+
+from __future__ import annotations
+
+from paged_platform.api import ModelDeploymentSpec
+
+from paged_operator.arbiter import ArbiterSpec
+from paged_operator.autoscaler import AutoscalingPolicySpec
+from paged_operator.budget_tuner import Budgets, BudgetSpec
+from paged_operator.controller_logic import ControllerSpec
+
+#: Windows that average samples span at least this many decision intervals.
+SAMPLES_PER_WINDOW = 2
+#: A budget change is given this many decision intervals to show its effect before the next one.
+INTERVALS_PER_COOLDOWN = 4
+
+
+def controller_spec(spec: ModelDeploymentSpec) -> ControllerSpec:
+    """The policies configured by ``spec`` (None for a disabled autoscaler or a static budget)."""
+    interval = float(spec.autoscaling.interval_seconds)
+    window = max(30.0, SAMPLES_PER_WINDOW * interval)
+    autoscaling = None
+    if spec.autoscaling.enabled:
+        targets, up, down = spec.autoscaling.targets, spec.autoscaling.scale_up, spec.autoscaling.scale_down
+        autoscaling = AutoscalingPolicySpec(
+            min_replicas=spec.replicas.min,
+            max_replicas=spec.replicas.max,
+            target_kv_usage=targets.kv_cache_usage,
+            target_waiting_per_replica=targets.waiting_per_replica,
+            target_preemption_rate=targets.preemption_rate,
+            ttft_p95_slo_s=targets.ttft_p95_seconds,
+            stabilization_window_up_s=up.stabilization_window_seconds,
+            stabilization_window_down_s=down.stabilization_window_seconds,
+            max_step_up=up.max_step,
+            max_step_down=down.max_step,
+            panic_window_s=window,
+            dry_run=spec.autoscaling.dry_run,
+        )
+    budget = None
+    adaptive = spec.scheduler_budget.adaptive
+    if adaptive.enabled:
+        budget = BudgetSpec(
+            min_num_seqs=adaptive.max_num_seqs.min,
+            max_num_seqs=adaptive.max_num_seqs.max,
+            min_num_batched_tokens=adaptive.max_num_batched_tokens.min,
+            max_num_batched_tokens=adaptive.max_num_batched_tokens.max,
+            ttft_p95_slo_s=spec.autoscaling.targets.ttft_p95_seconds,
+            cooldown_s=max(60.0, INTERVALS_PER_COOLDOWN * interval),
+        )
+    return ControllerSpec(autoscaling=autoscaling, budget=budget, arbiter=ArbiterSpec(), rate_window_s=window)
+
+
+def starting_budgets(spec: ModelDeploymentSpec) -> Budgets:
+    """The budgets pods start with before the tuner has changed anything (the spec's static budget)."""
+    return Budgets(spec.scheduler_budget.max_num_seqs, spec.scheduler_budget.max_num_batched_tokens)
