@@ -129,3 +129,15 @@ def test_requests_are_validated_against_their_sliding_window_footprint():
     hybrid.add_request(new_request("r", prompt, max_tokens=11))
     run_until_done(hybrid, FakeRunner(hybrid.kv.config))
     assert hybrid.kv.usage == 0.0
+
+
+def test_a_lone_request_shrinks_a_chunk_larger_than_the_pool_instead_of_retrying_forever():
+    # Validated with an 8-token chunk bound: window 8 needs ceil((7 + 8) / 4) + 1 = 5 blocks; the pool has 5.
+    scheduler = make_scheduler(num_blocks=6, block_size=BS, windows=(8,), max_model_len=200, max_num_batched_tokens=8)
+    runner = FakeRunner(scheduler.kv.config)
+    scheduler.add_request(new_request("r", [i % 13 for i in range(100)], max_tokens=4))
+    scheduler.update_budgets(max_num_batched_tokens=100)  # a 100-token chunk would need 25 blocks
+    out, _ = step(scheduler, runner)
+    assert out.num_scheduled_tokens == {"r": 20}  # the largest chunk the 5 blocks hold
+    outputs = run_until_done(scheduler, runner, max_steps=50)
+    assert [o.finish_reason for o in outputs if o.finished] == [FinishReason.LENGTH]

@@ -139,17 +139,11 @@ class KVCacheManager:
                     break
             else:
                 return SlotAllocation(tuple([[] for _ in self._group_range]))
+        if not self.can_allocate(request, num_new_tokens, computed):
+            return None
         hit_blocks = computed.blocks if computed is not None else tuple([[] for _ in self._group_range])
         num_computed = request.num_computed_tokens + (computed.num_tokens if computed is not None else 0)
         num_tokens = num_computed + num_new_tokens
-
-        available = self.pool.num_free_blocks
-        needed = 0
-        for manager, hits in zip(self.groups, hit_blocks, strict=True):
-            available += manager.num_freeable_skipped(req_id, num_computed)
-            needed += manager.num_blocks_to_allocate(req_id, num_computed, num_tokens, hits)
-        if needed > available:
-            return None
 
         for manager in self.groups:
             manager.remove_skipped_blocks(req_id, num_computed)
@@ -169,6 +163,19 @@ class KVCacheManager:
             # The runner has never seen the hit blocks either: report them as appended too.
             new_ids = [[b.block_id for b in hits] + ids for hits, ids in zip(hit_blocks, new_ids, strict=True)]
         return SlotAllocation(tuple(new_ids), copies)
+
+    def can_allocate(self, request: Request, num_new_tokens: int, computed: ComputedBlocks | None = None) -> bool:
+        """Whether ``allocate_slots`` with these arguments would succeed now (pure)."""
+        req_id = request.request_id
+        hit_blocks = computed.blocks if computed is not None else tuple([[] for _ in self._group_range])
+        num_computed = request.num_computed_tokens + (computed.num_tokens if computed is not None else 0)
+        num_tokens = num_computed + num_new_tokens
+        available = self.pool.num_free_blocks
+        needed = 0
+        for manager, hits in zip(self.groups, hit_blocks, strict=True):
+            available += manager.num_freeable_skipped(req_id, num_computed)
+            needed += manager.num_blocks_to_allocate(req_id, num_computed, num_tokens, hits)
+        return needed <= available
 
     def fork(self, parent_id: str, child_ids: Sequence[str]) -> None:
         """Give each child a reference to every parent block (partial last block included); the first

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from .engine_output import EngineCoreOutput
-from .kv_cache_manager import KVCacheManager, SlotAllocation
+from .kv_cache_manager import ComputedBlocks, KVCacheManager, SlotAllocation
 from .kv_cache_spec import KVCacheConfig
 from .outputs import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
 from .request import Request, RequestStatus
@@ -181,6 +181,9 @@ class Scheduler:
                 index += 1
                 continue
             allocation = allocate_slots(request, num_new)
+            if allocation is None and len(running) == 1:
+                num_new = self._shrink_to_fit(request, num_new, None) or num_new
+                allocation = allocate_slots(request, num_new)
             while allocation is None:
                 victim = self._pick_victim()
                 victim_index = running.index(victim)
@@ -218,6 +221,8 @@ class Scheduler:
                 computed = self.kv.get_computed_blocks(request, max_hit_tokens=request.schedule_target - 1)
                 num_computed += computed.num_tokens
             num_new = self._num_new_tokens(request, num_computed, budget)
+            if not self.running:
+                num_new = self._shrink_to_fit(request, num_new, computed) or num_new
             allocation = self.kv.allocate_slots(request, num_new, computed)
             if allocation is None:
                 break
@@ -239,6 +244,24 @@ class Scheduler:
         if threshold and num_new > threshold:
             num_new = threshold
         return num_new if num_new < budget else budget
+
+    def _shrink_to_fit(self, request: Request, num_new: int, computed: ComputedBlocks | None) -> int:
+        """Largest chunk of at most ``num_new`` tokens the pool can hold now; 0 if not even one token fits.
+
+        Used only for a request running alone, which has nobody to preempt: without it, a prefill chunk
+        larger than the whole pool (possible after ``max_num_batched_tokens`` was raised live) would be
+        retried forever. Validation guarantees that one token always fits a request running alone.
+        """
+        if self.kv.can_allocate(request, num_new, computed):
+            return num_new
+        low, high = 0, num_new - 1
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.kv.can_allocate(request, mid, computed):
+                low = mid
+            else:
+                high = mid - 1
+        return low
 
     def _pick_victim(self) -> Request:
         if self.config.policy == "priority":
