@@ -91,6 +91,21 @@ def test_stop_string_split_across_tokens_is_never_streamed(tiny_tokenizer: FastT
     assert "".join(deltas) == "hello STOP" and detok.output_text == "hello STOP"
 
 
+def test_stop_strings_wait_for_min_tokens(tiny_tokenizer: FastTokenizer):
+    tok = tiny_tokenizer
+    ids = tok.encode("hello STOP hello STOP hello", add_special_tokens=False)
+    first_stop_end = len(tok.encode("hello STOP", add_special_tokens=False))
+    deltas, detok = stream(tok, ids, stop=["STOP"], min_tokens=first_stop_end + 1)
+    assert "".join(deltas) == "hello STOP hello " and detok.stop == "STOP"
+    params = SamplingParams(stop=["STOP"], min_tokens=first_stop_end + 1, max_tokens=20)
+    detok = IncrementalDetokenizer.from_params(tok, [], params)
+    assert detok.update(ids) + detok.flush() == "hello STOP hello "
+    # The token that reaches min_tokens may itself complete a stop string.
+    for steps in ((1,), (len(ids),)):
+        deltas, detok = stream(tok, ids, step_sizes=steps, stop=["STOP"], min_tokens=first_stop_end)
+        assert "".join(deltas) == "hello " and detok.stop == "STOP"
+
+
 def test_update_after_stop_is_refused(tiny_tokenizer: FastTokenizer):
     detok = IncrementalDetokenizer(tiny_tokenizer, stop=["he"])
     detok.update(tiny_tokenizer.encode("hello", add_special_tokens=False))

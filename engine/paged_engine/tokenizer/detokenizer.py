@@ -33,6 +33,7 @@ class IncrementalDetokenizer:
         skip_special_tokens: bool = True,
         stop: Sequence[str] = (),
         include_stop_str_in_output: bool = False,
+        min_tokens: int = 0,
     ) -> None:
         self._tokenizer = tokenizer
         self._skip_special = skip_special_tokens
@@ -42,6 +43,7 @@ class IncrementalDetokenizer:
         self._prefix_offset = 0
         self._read_offset = len(context)
         self._stops = StopStrings(stop, include_stop_str_in_output)
+        self._min_tokens = min_tokens  # as in vLLM, stop strings only count once min_tokens were generated
         self._text = ""
         self._emitted = 0
         self.stop: str | None = None
@@ -56,6 +58,7 @@ class IncrementalDetokenizer:
             skip_special_tokens=params.skip_special_tokens,
             stop=params.stop,
             include_stop_str_in_output=params.include_stop_str_in_output,
+            min_tokens=params.min_tokens,
         )
 
     def _clean_context(self, tail: Sequence[int]) -> list[int]:
@@ -87,6 +90,12 @@ class IncrementalDetokenizer:
         """Feed the tokens sampled this step; returns the newly streamable text (possibly empty)."""
         if self.stop is not None:
             raise RuntimeError(f"update() after the stop string {self.stop!r} finished this request")
+        unchecked = self._min_tokens - 1 - len(self.output_token_ids)  # tokens whose text cannot stop yet
+        if 0 < unchecked < len(new_token_ids):
+            # This step crosses min_tokens: decode the part that cannot stop the request on its own.
+            self._ids.extend(new_token_ids[:unchecked])
+            self._append(self._decode_new(final=False))
+            new_token_ids = new_token_ids[unchecked:]
         self._ids.extend(new_token_ids)
         self._append(self._decode_new(final=False))
         return self._take(final=False)
@@ -111,7 +120,7 @@ class IncrementalDetokenizer:
         if not delta:
             return
         self._text += delta
-        if self._stops:
+        if self._stops and len(self._ids) - self._num_context >= self._min_tokens:
             match = self._stops.find(self._text, len(delta))
             if match is not None:
                 self._text = self._text[: match.end]
