@@ -118,7 +118,13 @@ _HOLD = TuneDecision(None, "budget tuner disabled")
 
 
 def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tuple[Plan, ControllerState]:
-    """Run the whole decision for one observation; returns the plan and the state to keep."""
+    """Run the whole decision for one observation; returns the plan and the state to keep.
+
+    When the spec changes (tuner switched on, new bounds) keep the state: bounds are applied by the
+    policies themselves; only a tuner switched on needs ``initial_state`` for its starting budgets.
+    """
+    if spec.budget is not None and state.tuner is None:
+        raise ValueError("the budget tuner is enabled but the state has no budgets: rebuild it with initial_state()")
     ready = len(obs.ready_pods)
     ready_set = set(obs.ready_pods)
     samples = tuple(s for s in obs.samples if s.pod in ready_set)
@@ -144,7 +150,7 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
 
     tune = _HOLD
     cooling = False
-    if spec.budget is not None and state.tuner is not None:
+    if spec.budget is not None and state.tuner is not None:  # (checked above; narrows the type)
         tune = budget_tuner.decide(spec.budget, state.tuner, view, obs.time)
         cooling = state.tuner.cooldown_left(spec.budget, obs.time) > 0
     verdict, arbiter_state = arbitrate(

@@ -246,15 +246,16 @@ class SampleWindow:
             raise ValueError(f"sample window horizon must be positive, got {self.horizon_s} s")
 
     def add(self, samples: Iterable[EngineSample], now: float) -> SampleWindow:
-        """Append this round's samples and forget anything older than the horizon (gone pods disappear too)."""
+        """Append this round's samples and forget anything older than the horizon (gone pods disappear too).
+
+        A sample not newer than the pod's last one (a repeated answer, a wall-clock step back) is
+        ignored: rates need time to advance, and a decision must not fail over one odd timestamp.
+        """
         merged: dict[str, list[EngineSample]] = {pod: list(s) for pod, s in self.series.items()}
         for sample in samples:
             history = merged.setdefault(sample.pod, [])
-            if history and sample.time <= history[-1].time:
-                raise ValueError(
-                    f"pod {sample.pod}: sample time {sample.time} is not after the previous {history[-1].time}"
-                )
-            history.append(sample)
+            if not history or sample.time > history[-1].time:
+                history.append(sample)
         cutoff = now - self.horizon_s
         kept = {pod: tuple(s for s in hist if s.time >= cutoff) for pod, hist in merged.items()}
         return SampleWindow(self.horizon_s, {pod: hist for pod, hist in kept.items() if hist})

@@ -131,6 +131,9 @@ def test_nothing_enabled_nothing_done() -> None:
 def test_argument_checks() -> None:
     with pytest.raises(ValueError, match="needs the starting budgets"):
         initial_state(ControllerSpec(autoscaling=None, budget=BUDGET), None)
+    without_tuner = initial_state(ControllerSpec(autoscaling=SCALE, budget=None), None)
+    with pytest.raises(ValueError, match="rebuild it with initial_state"):
+        decide(ControllerSpec(autoscaling=SCALE, budget=BUDGET), without_tuner, obs(0, {"a": {"kv": 0.5}}))
     with pytest.raises(ValueError, match="rate_window_s must be positive, got 0"):
         ControllerSpec(autoscaling=None, budget=None, rate_window_s=0)
     with pytest.raises(ValueError, match=r"min_reporting_fraction must be in \(0, 1\], got 1.5"):
