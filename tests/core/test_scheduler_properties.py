@@ -23,7 +23,14 @@ add_op = st.tuples(
     st.integers(0, 2),  # min_tokens
 )
 ops_strategy = st.lists(
-    st.one_of(add_op, st.just(("step",)), st.just(("step",)), st.tuples(st.just("abort"), st.integers(0, 30))),
+    st.one_of(
+        add_op,
+        st.just(("step",)),
+        st.just(("step",)),
+        st.tuples(st.just("abort"), st.integers(0, 30)),
+        st.tuples(st.just("budget"), st.integers(1, 48), st.sampled_from([0, 2, 5])),
+        st.just(("reset",)),
+    ),
     min_size=10,
     max_size=60,
 )
@@ -58,6 +65,7 @@ def test_random_workloads_keep_every_invariant(data):
 
     def do_step() -> None:
         out, result = step(scheduler, runner)
+        assert out.total_num_scheduled_tokens <= scheduler.config.max_num_batched_tokens
         for name, happened in (
             ("preemption", result.stats.num_preemptions),
             ("prefix hit", result.stats.prefix_cache_hits),
@@ -91,6 +99,11 @@ def test_random_workloads_keep_every_invariant(data):
             added[req_id] = n
         elif op[0] == "step":
             do_step()
+        elif op[0] == "budget":  # live changes through the admin API
+            scheduler.update_budgets(max_num_batched_tokens=op[1], long_prefill_token_threshold=op[2])
+        elif op[0] == "reset":
+            if scheduler.reset_prefix_cache():
+                assert not kv.pool.cached and kv.pool.num_used_blocks == 0
         else:
             ids = sorted(added)
             if ids:
