@@ -117,6 +117,10 @@ def test_fork_shares_partial_block_and_first_write_copies():
     assert alloc.copy_on_write == [] and kv.get_block_ids("p-1")[0] == parent_blocks
     with pytest.raises(ValueError, match="distinct"):
         kv.fork("p-0", ["x", "x"])
+    used = kv.pool.num_used_blocks
+    with pytest.raises(ValueError, match=r"cannot fork 'p-0' into \['p-1'\]: they already hold blocks"):
+        kv.fork("p-0", ["y", "p-1"])
+    assert kv.pool.num_used_blocks == used and not kv.holds_blocks("y")
 
 
 def test_block_aligned_fork_needs_no_copy():

@@ -131,8 +131,6 @@ class GroupManager:
         """Children share every block of the parent, the partial last one included (ref counts)."""
         table = self.req_to_blocks.get(parent_id, [])
         for child_id in child_ids:
-            if child_id in self.req_to_blocks:
-                raise ValueError(f"cannot fork into {child_id!r}: it already holds blocks")
             self.pool.touch(table)
             self.req_to_blocks[child_id] = list(table)
 

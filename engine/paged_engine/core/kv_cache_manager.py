@@ -182,6 +182,9 @@ class KVCacheManager:
         write into a shared block then copies it (see ``allocate_slots``)."""
         if len(set(child_ids)) != len(child_ids):
             raise ValueError(f"child ids must be distinct, got {list(child_ids)}")
+        holding = [c for c in child_ids if self.holds_blocks(c)]
+        if holding:
+            raise ValueError(f"cannot fork {parent_id!r} into {holding}: they already hold blocks")
         for manager in self.groups:
             manager.fork(parent_id, child_ids)
         num_cached = self._num_cached_blocks.get(parent_id, 0)
