@@ -49,6 +49,10 @@ class GroupManager:
         """Blocks that ``remove_skipped_blocks`` would return to the free queue."""
         return 0
 
+    def max_blocks(self, num_tokens: int, max_chunk_tokens: int) -> int:
+        """Most blocks a request of ``num_tokens`` tokens holds at once in this group."""
+        return cdiv(num_tokens, self.block_size)
+
     def num_blocks_to_allocate(
         self, request_id: str, num_computed_tokens: int, num_tokens: int, new_computed: Sequence[KVBlock]
     ) -> int:
@@ -156,6 +160,11 @@ class SlidingWindowManager(GroupManager):
 
     def first_needed_block(self, num_computed_tokens: int) -> int:
         return max(0, num_computed_tokens - self.sliding_window + 1) // self.block_size
+
+    def max_blocks(self, num_tokens: int, max_chunk_tokens: int) -> int:
+        # The window before a chunk plus the chunk itself, and one block of misalignment.
+        window = cdiv(self.sliding_window - 1 + max_chunk_tokens, self.block_size) + 1
+        return min(cdiv(num_tokens, self.block_size), window)
 
     def fits_unchanged(self, request_id: str, num_computed_tokens: int, num_tokens: int) -> bool:
         if not super().fits_unchanged(request_id, num_computed_tokens, num_tokens):

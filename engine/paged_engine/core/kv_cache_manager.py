@@ -3,6 +3,11 @@
 The scheduler talks to this class only; it never sees blocks of a single group. Every call either fully
 succeeds or changes nothing (``allocate_slots`` returns None when the pool cannot satisfy it), so the
 scheduler can try, preempt and retry without cleanup.
+
+The model runner's block tables only ever grow by appended ids. A sliding-window block freed out of the
+window keeps its stale id in the runner's table (the manager's own table holds the null block there): no
+remaining token attends to it, so the runner never reads it. Copy-on-write replaces an entry in place, which
+happens only in a forked child's first step, when the runner receives the child's whole table anyway.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .block_hash import BlockHasher
 from .block_pool import BlockPool, KVBlock
-from .group_managers import GroupManager, SlidingWindowManager, cdiv, make_group_manager
+from .group_managers import GroupManager, make_group_manager
 from .kv_cache_spec import KVCacheConfig
 from .request import Request
 
@@ -69,16 +74,8 @@ class KVCacheManager:
 
     def max_blocks_for(self, num_tokens: int, max_chunk_tokens: int, extra_per_group: int = 0) -> int:
         """Upper bound on the blocks one request of ``num_tokens`` tokens ever holds across all groups, when
-        it computes at most ``max_chunk_tokens`` per step (a sliding-window group only holds its window
-        plus the chunk being written). Used to refuse requests that could never run alone."""
-        total = 0
-        for manager in self.groups:
-            full = cdiv(num_tokens, self.block_size)
-            if isinstance(manager, SlidingWindowManager):
-                window = cdiv(manager.sliding_window - 1 + max_chunk_tokens, self.block_size) + 1
-                full = min(full, window)
-            total += full + extra_per_group
-        return total
+        it computes at most ``max_chunk_tokens`` per step. Used to refuse requests that could never run alone."""
+        return sum(m.max_blocks(num_tokens, max_chunk_tokens) + extra_per_group for m in self.groups)
 
     # ---- prefix cache -----------------------------------------------------------------------------------
     def get_computed_blocks(self, request: Request, max_hit_tokens: int | None = None) -> ComputedBlocks:
