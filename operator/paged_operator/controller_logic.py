@@ -142,7 +142,12 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
     scaler_state = state.autoscaler
     if spec.autoscaling is not None:
         scale, scaler_state = autoscaler.decide(
-            spec.autoscaling, state.autoscaler, view, ready=ready, starting=obs.starting, now=obs.time
+            spec.autoscaling,
+            state.autoscaler,
+            _slots_at_tuner_bound(spec, state, view),
+            ready=ready,
+            starting=obs.starting,
+            now=obs.time,
         )
     capacity = ready + obs.starting
     hold = ScaleDecision(desired=capacity, current=capacity, reason="autoscaling disabled")
@@ -185,6 +190,19 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
     )
     new_state = replace(state, window=window, autoscaler=scaler_state, tuner=tuner_state, arbiter=arbiter_state)
     return plan, new_state
+
+
+def _slots_at_tuner_bound(spec: ControllerSpec, state: ControllerState, view: FleetView | None) -> FleetView | None:
+    """The view the autoscaler sees: with the tuner on, sequence slots run short only at its upper bound.
+
+    A binding ``max_num_seqs`` below the bound is the tuner's to raise (instantly, for free), so the
+    autoscaler measures the running batch against the bound; otherwise both would answer the same
+    shortage and the fleet would end with replicas that a larger budget makes unnecessary.
+    """
+    if view is None or view.seq_budget_usage is None or spec.budget is None or state.tuner is None:
+        return view
+    share = state.tuner.budgets.max_num_seqs / spec.budget.max_num_seqs
+    return replace(view, seq_budget_usage=view.seq_budget_usage * share)
 
 
 def _conditions(

@@ -10,6 +10,8 @@ import itertools
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from operator_fleet_sim import (
     FleetModel,
     Run,
@@ -158,3 +160,16 @@ def test_slow_and_fast_booting_pods_do_not_overshoot(start_delay_s: float) -> No
     run = simulate(SPEC, step_trace(2, 16, at=300), duration_s=2400, replicas=1, budgets=FITS, model=model)
     assert max(run.replicas()) <= need(16) + 1 and run.reversals() <= 1
     assert run.ticks[-1].replicas == need(16)
+
+
+@settings(max_examples=12, deadline=None)
+@given(rate=st.floats(1.0, 45.0), replicas=st.integers(1, 8), seqs=st.sampled_from([16, 36, 64]))
+def test_any_constant_load_converges_without_flapping(rate: float, replicas: int, seqs: int) -> None:
+    """Whatever the load, starting fleet and starting budget: stable, no flapping, sized for the load."""
+    run = simulate(SPEC, lambda t: rate, duration_s=2400, replicas=replicas, budgets=Budgets(seqs, 2048))
+    assert_stable_tail(run, 900)
+    assert run.reversals() <= 1
+    final = run.ticks[-1]
+    assert need(rate) - 1 <= final.replicas <= need(rate) + 1
+    assert final.preemption_rate <= SCALING.target_preemption_rate
+    assert final.kv_usage <= SCALING.target_kv_usage * (1 + SCALING.tolerance)
