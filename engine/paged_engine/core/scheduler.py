@@ -324,6 +324,7 @@ class Scheduler:
         finished = False
         requests = self.requests
         cache_blocks = self.kv.cache_blocks
+        block_size = self.kv.block_size
         all_sampled = runner_output.sampled_token_ids
         all_prompt_logprobs = runner_output.prompt_logprobs
         running = RequestStatus.RUNNING
@@ -335,7 +336,8 @@ class Scheduler:
             start = computed - num_scheduled
             if start < request.num_prompt_tokens:
                 num_prompt_tokens += min(computed, request.num_prompt_tokens) - start
-            cache_blocks(request)
+            if computed // block_size > start // block_size:  # a block became full in this step
+                cache_blocks(request)
             if request.is_fork_parent:
                 if computed >= request.schedule_target:
                     self._fork(request)
