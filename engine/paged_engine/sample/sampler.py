@@ -5,8 +5,9 @@ argmax for greedy rows → temperature, top-k, top-p, min-p and an exponential r
 
 The exponential race picks ``argmax(p_i / E_i)`` with ``E_i ~ Exponential(1)``, which selects token ``i``
 with probability ``p_i`` (the minimum of independent exponentials with rates ``p_i``), needs no normalized
-distribution and no cumulative sum, and draws exactly ``vocab`` numbers per row per step from the row's
-generator, so a seeded row's stream does not depend on what else is in the batch.
+distribution and no cumulative sum, and draws a count of numbers per row per step that depends only on the
+row's own parameters (the vocabulary size, or k for a top-k row, which samples among its k candidates) from
+the row's generator, so a seeded row's stream does not depend on what else is in the batch.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ class Sampler:
     """Stateless; the per-request state (generators, token history) lives in the metadata."""
 
     def __call__(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
-        """Sample one token per row. ``logits`` ([rows, vocab], fp32) is modified in place."""
+        """Sample one token per row. ``logits`` ([rows, vocab], fp32) is modified in place (other dtypes are
+        copied to fp32 first: half precision loses the small differences top-p and logprobs depend on)."""
         if logits.dim() != 2 or logits.shape[0] != metadata.num_rows:
             raise ValueError(f"logits of shape {tuple(logits.shape)} for {metadata.num_rows} sampling rows")
+        logits = logits.float()
         raw_logprobs = None
         if metadata.logprob_rows is not None:
             raw_logprobs = torch.log_softmax(logits[metadata.logprob_rows], dim=-1)
