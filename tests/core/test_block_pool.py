@@ -122,3 +122,58 @@ def test_over_free_is_an_error():
     pool.free_blocks([a])
     with pytest.raises(ValueError, match="freed more often"):
         pool.free_blocks([a])
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["alloc", "free", "cache", "hit", "reset"]), st.integers(0, 9)),
+        max_size=60,
+    )
+)
+def test_pool_matches_a_reference_model_of_lru_eviction(ops):
+    """The pool against a plain-list model: free order, ref counts and cached hashes after every operation."""
+    pool = BlockPool(8)
+    free = list(range(1, 8))  # model of the free queue, front first
+    refs = dict.fromkeys(range(1, 8), 0)
+    cached: dict[int, int] = {}  # hash -> block id
+    held: list[int] = []  # one entry per reference taken
+    for op, arg in ops:
+        if op == "alloc" and free:
+            block_id = free.pop(0)
+            for h, b in list(cached.items()):
+                if b == block_id:
+                    del cached[h]  # evicted only now, when reused
+            (block,) = pool.get_new_blocks(1)
+            assert block.block_id == block_id
+            refs[block_id] = 1
+            held.append(block_id)
+        elif op == "free" and held:
+            block_id = held.pop(arg % len(held))
+            pool.free_blocks([pool.blocks[block_id]])
+            refs[block_id] -= 1
+            if refs[block_id] == 0:
+                if block_id in cached.values():
+                    free.append(block_id)
+                else:
+                    free.insert(0, block_id)
+        elif op == "cache" and held:
+            block_id = held[arg % len(held)]
+            pool.cache_block(pool.blocks[block_id], arg, 0)
+            if arg not in cached and block_id not in cached.values():
+                cached[arg] = block_id
+        elif op == "hit" and arg in cached:
+            block = pool.get_cached_block(arg, 0)
+            assert block is not None and block.block_id == cached[arg]
+            pool.touch([block])
+            if refs[block.block_id] == 0:
+                free.remove(block.block_id)
+            refs[block.block_id] += 1
+            held.append(block.block_id)
+        elif op == "reset":
+            done = pool.reset_prefix_cache()
+            assert done == (not held)
+            if done:
+                cached.clear()
+        assert ids(pool.free_queue) == free
+        assert {b.block_id: b.ref_cnt for b in pool.blocks[1:]} == refs
+        assert {key[0]: b.block_id for key, b in pool.cached.items()} == cached
