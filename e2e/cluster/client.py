@@ -3,6 +3,7 @@ HTTP exchange it checks, and API errors surface with the server's own status and
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -35,7 +36,7 @@ class KubeClient:
         self.credentials = credentials
         self._http = httpx.Client(
             base_url=credentials.server,
-            verify=str(credentials.ca_cert),
+            verify=ssl.create_default_context(cafile=credentials.ca_cert),
             headers={"Authorization": f"Bearer {credentials.token}", "Accept": "application/json"},
             timeout=timeout_s,
         )

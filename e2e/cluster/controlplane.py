@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import ssl
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -79,7 +80,10 @@ def free_port() -> int:
 def _healthy(url: str, ca: Path, token: str | None = None) -> bool:
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
-        return httpx.get(url, verify=str(ca), headers=headers, timeout=5.0).status_code == 200
+        return (
+            httpx.get(url, verify=ssl.create_default_context(cafile=ca), headers=headers, timeout=5.0).status_code
+            == 200
+        )
     except httpx.HTTPError:
         return False
 
