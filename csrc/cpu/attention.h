@@ -146,13 +146,22 @@ inline int64_t partial_slot_floats(int max_rows, int head_dim) {
   return static_cast<int64_t>(max_rows) * (head_dim + 2);
 }
 
-// NR query rows against one key: out[i * out_stride] = dot(q_i, k). CB independent accumulators per row keep the
-// FMA pipes busy when NR is small (decode with MHA has a single row).
+// Independent accumulators per row for NR rows: enough chains to keep the FMA pipes busy when NR is small
+// (decode with MHA has a single row), and a divisor of the head's 8-float chunks.
+template <int NR, int D>
+constexpr int accumulator_chains() {
+  for (int cb = NR >= 4 ? 1 : 4 / NR; cb > 1; cb /= 2) {
+    if ((D / 8) % cb == 0) return cb;
+  }
+  return 1;
+}
+
+// NR query rows against one key: out[i * out_stride] = dot(q_i, k).
 template <int NR, int D, typename T>
 inline void dot_rows(const float* q, const T* k, float* out, int out_stride) {
 #if PAGED_AVX2
-  constexpr int CB = NR >= 4 ? 1 : 4 / NR;
-  static_assert(D % (8 * CB) == 0, "head_dim must be a multiple of 8 * CB");
+  constexpr int CB = accumulator_chains<NR, D>();
+  static_assert(D % 8 == 0, "head_dim must be a multiple of 8");
   __m256 acc[NR][CB];
   for (int i = 0; i < NR; ++i)
     for (int b = 0; b < CB; ++b) acc[i][b] = _mm256_setzero_ps();
@@ -180,7 +189,7 @@ inline void dot_rows(const float* q, const T* k, float* out, int out_stride) {
 template <int NR, int D, typename T>
 inline void axpy_rows(const float* p, int p_stride, const T* v, int64_t v_stride, int n, float* acc) {
 #if PAGED_AVX2
-  constexpr int CB = NR >= 4 ? 1 : 4 / NR;
+  constexpr int CB = accumulator_chains<NR, D>();
   for (int c = 0; c < D; c += 8 * CB) {
     __m256 a[NR][CB];
     for (int i = 0; i < NR; ++i)

@@ -87,10 +87,16 @@ void run_attention(const AttentionArgs<T>& args, const AttentionDims& d) {
 template <typename T>
 void dispatch_head_dim(const AttentionArgs<T>& args, const AttentionDims& d) {
   switch (d.head_dim) {
+    case 16: return run_attention<T, 16>(args, d);
+    case 32: return run_attention<T, 32>(args, d);
     case 64: return run_attention<T, 64>(args, d);
+    case 80: return run_attention<T, 80>(args, d);
+    case 96: return run_attention<T, 96>(args, d);
     case 128: return run_attention<T, 128>(args, d);
     case 256: return run_attention<T, 256>(args, d);
-    default: TORCH_CHECK(false, "paged::paged_attention: head_dim must be 64, 128 or 256, got ", d.head_dim);
+    default:
+      TORCH_CHECK(false, "paged::paged_attention: head_dim must be one of 16, 32, 64, 80, 96, 128, 256 on the CPU, got ",
+                  d.head_dim);
   }
 }
 

@@ -62,9 +62,8 @@ def nvcc_command(source: Path, output: Path) -> list[str]:
 def compile_key(source: Path) -> str:
     digest = hashlib.sha256(" ".join(nvcc_command(source, Path("out.o"))).encode())
     digest.update(subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout.encode())
-    for path in sorted(_build.CSRC.rglob("*")):
-        if path.suffix in {".h", ".cuh", ".cu"}:
-            digest.update(path.read_bytes())
+    for path in [_build.CSRC / "checks.h", *sorted((_build.CSRC / "cuda").iterdir())]:
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:24]
 
 

@@ -48,7 +48,7 @@ def test_edge_cases(name: str, seqs: list[tuple[int, int]], window: int) -> None
     assert_matches_reference(make_batch(seqs, sliding_window=window))
 
 
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 80, 96, 128, 256])
 @pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 4), (8, 2), (6, 1), (3, 1)])
 def test_head_layouts(head_dim: int, num_heads: int, num_kv_heads: int) -> None:
     batch = make_batch(
@@ -72,10 +72,18 @@ def test_bf16_mixed_batch() -> None:
     assert_matches_reference(make_batch([(100, 100), (300, 1), (17, 3)], dtype=torch.bfloat16, head_dim=128))
 
 
+@pytest.fixture
+def two_threads():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.mark.usefixtures("two_threads")
 @pytest.mark.parametrize("window", [-1, 300])
 def test_long_context_split_over_keys(window: int) -> None:
     """Few long sequences leave threads idle, so the kernel splits keys into partitions and merges them."""
-    torch.set_num_threads(max(2, torch.get_num_threads()))
     batch = make_batch([(1500, 1), (1100, 9)], num_heads=8, num_kv_heads=1, head_dim=128, sliding_window=window)
     assert_matches_reference(batch)
 

@@ -16,7 +16,16 @@ from paged_engine.attention._build import Extension, KernelBuildError, find_or_b
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Extension", "KernelBuildError", "copy_blocks", "load", "paged_attention", "reshape_and_cache"]
+__all__ = [
+    "Extension",
+    "KernelBuildError",
+    "auto_backend_name",
+    "choose_backend",
+    "copy_blocks",
+    "load",
+    "paged_attention",
+    "reshape_and_cache",
+]
 
 
 @functools.cache
@@ -26,6 +35,28 @@ def load() -> Extension:
     _register_fakes()
     log.info("paged kernels loaded from %s (%s build, CUDA kernels: %s)", ext.path, ext.how, ext.with_cuda)
     return ext
+
+
+def choose_backend(gpu_available: bool, kernels: Extension | None) -> str:
+    """The auto policy: our CUDA kernels on a GPU, else the CPU kernels, else the torch reference."""
+    if kernels is None:
+        return "reference"
+    return "cuda" if gpu_available and kernels.with_cuda else "cpu"
+
+
+def auto_backend_name() -> str:
+    """Resolve ``--attention-backend auto`` on this machine, logging the choice and, on fallback, why."""
+    try:
+        kernels = load()
+    except KernelBuildError as exc:
+        log.warning("paged kernels unavailable, using the torch reference attention backend: %s", exc)
+        kernels = None
+    gpu = torch.cuda.is_available()
+    if gpu and kernels is not None and not kernels.with_cuda:
+        log.warning("a GPU is visible but the kernels were built without CUDA (no nvcc?): CUDA tensors will fail")
+    name = choose_backend(gpu, kernels)
+    log.info("attention backend auto -> %s", name)
+    return name
 
 
 def _register_fakes() -> None:

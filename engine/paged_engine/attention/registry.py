@@ -42,3 +42,26 @@ def _reference() -> AttentionBackend:
 
 
 register_backend("reference", _reference)
+
+
+def _cpu() -> AttentionBackend:
+    from paged_engine.attention.cpu import CpuKernelBackend
+
+    return CpuKernelBackend()
+
+
+def _cuda() -> AttentionBackend:
+    from paged_engine.attention.cuda import CudaKernelBackend
+
+    return CudaKernelBackend()
+
+
+def _auto() -> AttentionBackend:
+    from paged_engine.attention.ops import auto_backend_name
+
+    return get_backend(auto_backend_name())
+
+
+register_backend("cpu", _cpu)
+register_backend("cuda", _cuda)
+register_backend("auto", _auto)
