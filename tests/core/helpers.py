@@ -174,7 +174,21 @@ def step(scheduler: Scheduler, runner: FakeRunner) -> tuple[SchedulerOutput, Ste
     assert out.total_num_scheduled_tokens <= scheduler.config.max_num_batched_tokens
     result = scheduler.update_from_output(out, runner.execute(out))
     check_invariants(scheduler)
+    check_runner_tables(scheduler, runner)
     return out, result
+
+
+def check_runner_tables(scheduler: Scheduler, runner: FakeRunner) -> None:
+    """The runner's block tables, built only from SchedulerOutput, match the manager's: equal ids wherever the
+    manager holds a real block (where it holds the null block, the runner may keep a stale id it never reads)."""
+    for request in scheduler.running:
+        state = runner.states.get(request.request_id)
+        if state is None:  # a forked child not scheduled yet
+            continue
+        for runner_table, blocks in zip(state.tables, scheduler.kv.get_blocks(request.request_id), strict=True):
+            assert len(runner_table) == len(blocks), request.request_id
+            for runner_id, block in zip(runner_table, blocks, strict=True):
+                assert block.is_null or runner_id == block.block_id, f"{request.request_id}: table out of sync"
 
 
 def run_until_done(scheduler: Scheduler, runner: FakeRunner, max_steps: int = 2000) -> list[EngineCoreOutput]:
