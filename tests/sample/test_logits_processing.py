@@ -163,3 +163,19 @@ def test_top_p_matches_full_sort_reference(vocab: int):
         expected = torch.zeros(vocab)
         expected[index[:keep]] = ordered[:keep]
         torch.testing.assert_close(ours[i], expected)
+
+
+def test_seen_tokens_follow_the_output_incrementally():
+    row = SamplingRow.create(SamplingParams(repetition_penalty=1.2), [3, 1, 3, 2])
+    assert sorted(row.seen_token_ids().tolist()) == [1, 2, 3]
+    row.output_token_ids.extend([2, 9, 9])
+    assert sorted(row.seen_token_ids().tolist()) == [1, 2, 3, 9]
+    row.output_token_ids.append(11)
+    assert sorted(row.seen_token_ids().tolist()) == [1, 2, 3, 9, 11]
+    del row.output_token_ids[1:]  # output rewound (e.g. rejected draft tokens): rebuilt from scratch
+    assert sorted(row.seen_token_ids().tolist()) == [1, 2, 3]
+    # And the penalty uses the current set at every step.
+    row.output_token_ids.append(20)
+    out = processed(base_logits(), [row])
+    assert out[0, 20] == pytest.approx(base_logits()[0, 20].item() / 1.2)
+    assert out[0, 9] == base_logits()[0, 9]

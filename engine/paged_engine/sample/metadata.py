@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
+import numpy as np
 import torch
 
 from paged_engine.sampling_params import SamplingParams
@@ -38,6 +40,11 @@ class SamplingRow:
     prompt_token_ids: Sequence[int]
     output_token_ids: list[int] = field(default_factory=list)
     generator: torch.Generator | None = None
+    # Distinct prompt + output tokens for the repetition penalty, kept up to date incrementally: rebuilding
+    # it from a long prompt every step would cost more than the rest of the sampler.
+    _seen: set[int] = field(default_factory=set, init=False, repr=False)
+    _seen_tensor: torch.Tensor | None = field(default=None, init=False, repr=False)
+    _seen_outputs: int = field(default=0, init=False, repr=False)
 
     @classmethod
     def create(
@@ -49,6 +56,22 @@ class SamplingRow:
     @property
     def greedy(self) -> bool:
         return self.params.temperature < GREEDY_TEMPERATURE or self.params.top_k == 1
+
+    def seen_token_ids(self) -> torch.Tensor:
+        """Distinct token ids of the prompt and the output so far (int64, CPU, no particular order)."""
+        if self._seen_tensor is None or len(self.output_token_ids) < self._seen_outputs:
+            self._seen = set(self.prompt_token_ids)
+            self._seen_tensor = torch.tensor(sorted(self._seen), dtype=torch.int64)
+            self._seen_outputs = 0
+        new = []
+        for token in self.output_token_ids[self._seen_outputs :]:
+            if token not in self._seen:
+                self._seen.add(token)
+                new.append(token)
+        self._seen_outputs = len(self.output_token_ids)
+        if new:
+            self._seen_tensor = torch.cat([self._seen_tensor, torch.tensor(new, dtype=torch.int64)])
+        return self._seen_tensor
 
 
 @dataclass
@@ -151,13 +174,18 @@ class SamplingMetadata:
         )
 
 
+def _row_index(rows: Sequence[int], lengths: Sequence[int]) -> torch.Tensor:
+    """``rows[i]`` repeated ``lengths[i]`` times (numpy's repeat: far cheaper than torch's on CPU)."""
+    return torch.from_numpy(np.repeat(np.asarray(rows, dtype=np.int64), np.asarray(lengths, dtype=np.int64)))
+
+
 def _pairs(per_row: list[tuple[int, Sequence[int]]], device: torch.device | str) -> SparseTokens | None:
     """Flatten ``[(row, token_ids), ...]`` into index tensors."""
     per_row = [(r, ids) for r, ids in per_row if len(ids)]
     if not per_row:
         return None
-    rows = torch.cat([torch.full((len(ids),), r, dtype=torch.int64) for r, ids in per_row])
-    token_ids = torch.cat([torch.as_tensor(list(ids), dtype=torch.int64) for _, ids in per_row])
+    rows = _row_index([r for r, _ in per_row], [len(ids) for _, ids in per_row])
+    token_ids = torch.tensor(list(chain.from_iterable(ids for _, ids in per_row)), dtype=torch.int64)
     return SparseTokens(rows.to(device), token_ids.to(device))
 
 
@@ -178,17 +206,11 @@ def _build_penalties(rows: Sequence[SamplingRow], vocab_size: int, device: torch
     if not idx:
         return None
     outputs = _pairs([(j, rows[i].output_token_ids) for j, i in enumerate(idx)], device)
-    seen = _pairs(
-        [
-            (j, [*rows[i].prompt_token_ids, *rows[i].output_token_ids])
-            for j, i in enumerate(idx)
-            if rows[i].params.repetition_penalty != 1.0
-        ],
-        device,
-    )
-    if seen is not None:
-        seen = _unique_pairs(seen, vocab_size)
-        seen.values = None
+    seen = None
+    rep = [(j, rows[i].seen_token_ids()) for j, i in enumerate(idx) if rows[i].params.repetition_penalty != 1.0]
+    if rep:
+        positions = _row_index([j for j, _ in rep], [len(ids) for _, ids in rep])
+        seen = SparseTokens(positions.to(device), torch.cat([ids for _, ids in rep]).to(device))
 
     def column(name: str) -> torch.Tensor:
         return torch.tensor([getattr(rows[i].params, name) for i in idx], dtype=torch.float32, device=device)
