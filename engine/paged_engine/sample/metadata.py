@@ -34,6 +34,8 @@ class SamplingRow:
 
     The runner keeps one per request and appends to ``output_token_ids`` as tokens are sampled; the
     ``generator`` persists across steps so a seeded request draws the same stream whatever batch it is in.
+    ``output_token_ids`` may only grow between steps (a shorter list is detected and handled; replacing
+    tokens in place is not: create a new row instead, as on preemption).
     """
 
     params: SamplingParams
