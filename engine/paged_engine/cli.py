@@ -97,3 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         from paged_engine.server.launcher import serve
 
         sys.exit(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -98,7 +98,7 @@ class _CoreLoop:
                     d.first_scheduled_time = now
             deltas += [ipc.RequestDelta(rid, [], first_scheduled_time=now) for rid in started - reported]
             self.unscheduled -= started
-        return ipc.StepOutputs(deltas, self.engine.scheduler_stats())
+        return ipc.StepOutputs(deltas, self.engine.step_stats())
 
 
 def _parent(request_id: str) -> str:
@@ -177,7 +177,7 @@ def run_engine_core(config: CoreConfig) -> None:
                     break
             immediate = [d for m in messages for d in loop.handle(m)]
             if immediate:
-                outbox.put(ipc.encode(ipc.StepOutputs(immediate, engine.scheduler_stats())))
+                outbox.put(ipc.encode(ipc.StepOutputs(immediate, engine.current_stats())))
             if engine.has_unfinished_requests() and not loop.stopping:
                 outbox.put(ipc.encode(loop.step()))
     except Exception:

@@ -13,8 +13,9 @@ import contextlib
 import logging
 import multiprocessing
 import shutil
+import signal
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import uvicorn
@@ -108,11 +109,25 @@ async def _serve(args: argparse.Namespace, core: CoreConfig, process: multiproce
         app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.log_level == "debug",
         timeout_graceful_shutdown=args.shutdown_grace_seconds, lifespan="on",
     )  # fmt: skip
-    server = uvicorn.Server(config)
+    server = _GracefulServer(config)
     await server.serve()
     if client.dead:
         exit_code = 1
     return exit_code
+
+
+class _GracefulServer(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after its graceful shutdown, so the process would die by the signal; a pod
+    that drained cleanly should exit 0 instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _default_name(model: str) -> str:

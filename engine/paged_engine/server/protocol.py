@@ -123,13 +123,10 @@ class CompletionRequest(_SamplingFields):
     def prompts(self) -> list[str] | list[list[int]]:
         """The prompt as a list of texts or a list of token-id lists."""
         p = self.prompt
-        if isinstance(p, str):
-            return [p]
-        if not p:
+        prompts = [p] if isinstance(p, str) else [list(p)] if p and all(isinstance(x, int) for x in p) else list(p)
+        if not prompts or any(len(x) == 0 for x in prompts):
             raise ValueError("prompt must not be empty")
-        if all(isinstance(x, int) for x in p):
-            return [list(p)]  # type: ignore[arg-type]
-        return list(p)  # type: ignore[arg-type]
+        return prompts  # type: ignore[return-value]
 
 
 class TextPart(_Strict):

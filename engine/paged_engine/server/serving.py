@@ -274,12 +274,16 @@ class Serving:
             "usage": self.usage(prompts, ordered).model_dump(),
         }  # fmt: skip
 
+    def _echo_text(self, body: CompletionRequest, index: int, prompt: list[int]) -> str:
+        """The prompt as the client sent it: its own text, or the decoded tokens (without BOS and the like)."""
+        raw = body.prompts()[index]
+        return raw if isinstance(raw, str) else self.tokenizer.decode(prompt, skip_special_tokens=True)
+
     def _completion_choice(self, c: Choice, prompt: list[int], body: CompletionRequest) -> dict[str, Any]:
         text = c.text
         logprobs = None
         if body.echo:
-            prompt_text = self.tokenizer.decode(prompt, skip_special_tokens=False)
-            text = prompt_text + text
+            text = self._echo_text(body, c.prompt_index, prompt) + text
             if body.logprobs is not None:
                 entries = list(c.prompt_logprobs or []) + list(c.logprobs)
                 logprobs = self.completion_logprobs(entries, 0)
@@ -309,7 +313,7 @@ class Serving:
         try:
             if body.echo:
                 for p, prompt in enumerate(prompts):
-                    echo = self.tokenizer.decode(prompt, skip_special_tokens=False)
+                    echo = self._echo_text(body, p, prompt)
                     for i in range(params[p].n):
                         offsets[p * params[p].n + i] = len(echo)
                         yield chunk([{"index": p * params[p].n + i, "text": echo, "logprobs": None,

@@ -92,8 +92,19 @@ class ServingEngine:
         request: Request | None = self.scheduler.get_request(request_id)
         return request is None or request.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
-    def scheduler_stats(self) -> SchedulerStats | None:
+    def step_stats(self) -> SchedulerStats | None:
+        """The figures of the step just run (gauges and the counters' increments)."""
         return self.core.last_stats
+
+    def current_stats(self) -> SchedulerStats:
+        """Gauges as they are now, between steps (after aborts), with no counter increments."""
+        s = self.scheduler
+        return SchedulerStats(
+            num_running=s.num_running, num_waiting=s.num_waiting, kv_cache_usage=s.kv.usage, num_preemptions=0,
+            prefix_cache_queries=0, prefix_cache_hits=0, num_scheduled_tokens=0, num_prompt_tokens=0,
+            num_generation_tokens=0, max_num_seqs=s.config.max_num_seqs,
+            max_num_batched_tokens=s.config.max_num_batched_tokens,
+        )  # fmt: skip
 
     def budgets(self) -> dict[str, Any]:
         config = self.scheduler.config
