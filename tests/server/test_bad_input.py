@@ -80,11 +80,11 @@ def test_missing_or_wrong_api_key_is_401(server: ServerProcess) -> None:
     for headers in ({}, {"Authorization": "Bearer wrong"}):
         response = httpx.post(f"{server.url}/v1/completions", json={"prompt": "hi"}, headers=headers)
         _assert_envelope(response, 401)
-    import openai as oa
-
-    with oa.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0) as bad:
-        with pytest.raises(oa.AuthenticationError):
-            bad.models.list()
+    with (
+        openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0) as bad,
+        pytest.raises(openai.AuthenticationError),
+    ):
+        bad.models.list()
 
 
 def test_openai_client_sees_400_and_next_request_succeeds(client: openai.OpenAI) -> None:
