@@ -68,6 +68,8 @@ class AutoscalingPolicySpec:
     panic_threshold: demand / capacity ratio, averaged over ``panic_window_s``, that declares a burst.
     panic_window_s: averaging window for burst detection.
     panic_hold_s: how long panic mode lasts after the last burst sample (no scale-down meanwhile).
+    scale_down_memory_s: how long a count that a scale-down proved too small (it had to be undone
+        within the down-window) stays the floor for later scale-downs.
     dry_run: decide and report, but the controller must not change the replica count.
     """
 
@@ -86,6 +88,7 @@ class AutoscalingPolicySpec:
     panic_threshold: float = 2.0
     panic_window_s: float = 30.0
     panic_hold_s: float = 60.0
+    scale_down_memory_s: float = 3600.0
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -104,7 +107,7 @@ class AutoscalingPolicySpec:
             raise ValueError(f"ttft_p95_slo_s must be positive when set, got {self.ttft_p95_slo_s}")
         if not 0.0 <= self.tolerance < 1.0:
             raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance}")
-        for name in ("stabilization_window_up_s", "stabilization_window_down_s", "panic_hold_s"):
+        for name in ("stabilization_window_up_s", "stabilization_window_down_s", "panic_hold_s", "scale_down_memory_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
         if self.max_step_up < 1 or self.max_step_down < 1:
@@ -140,12 +143,21 @@ class AutoscalerState:
 
     ``first_seen`` is the first evaluation with metrics: until a stabilisation window has been
     observed in full, the missing part counts as "keep the current count", so a restarted operator
-    does not act on a few seconds of evidence.
+    does not act on a few seconds of evidence. ``last_down`` / ``floor``: a scale-down that had to be
+    undone within the down-window proved the smaller count too small (utilisation is not linear in
+    load, so the projection was wrong); the count it came from becomes a floor for
+    ``scale_down_memory_s``, which turns a would-be periodic flap into one correction; proven again
+    for the same count after it expired, the floor is held twice as long (probes 1, 2, 4, ...
+    hours apart with the default).
     """
 
     history: tuple[Recommendation, ...] = ()
     panic_until: float | None = None
     first_seen: float | None = None
+    last_down: tuple[float, int, int] | None = None  # (time, from, to) of the last scale-down decided
+    floor: int | None = None  # a count proved necessary by an undone scale-down ...
+    floor_until: float | None = None  # ... and until when it holds
+    floor_memory_s: float | None = None  # how long the last floor was held (doubles when re-proven)
 
 
 @dataclass(frozen=True)
@@ -309,7 +321,7 @@ def decide(
         panic_until = now + spec.panic_hold_s
     panic = panic_until is not None
     first_seen = state.first_seen if state.first_seen is not None else now
-    new_state = AutoscalerState(history=history, panic_until=panic_until, first_seen=first_seen)
+    floor = state.floor if state.floor_until is not None and now < state.floor_until else None
 
     notes: list[str] = []
     if panic:
@@ -332,6 +344,9 @@ def decide(
     if degraded and target < capacity:
         target = capacity
         notes.append(f"only {view.reporting}/{ready} replicas reported: no scale-down")
+    if floor is not None and target < min(capacity, floor):
+        target = min(capacity, floor)
+        notes.append(f"a scale-down below {floor} was undone recently: held at {target}")
     if starting and raw > ready and target == capacity:
         notes.append(f"{starting} starting replica(s) credited")
 
@@ -339,6 +354,18 @@ def decide(
     stepped = max(stepped, capacity - spec.max_step_down) if stepped < capacity else stepped
     if stepped != target:
         notes.append(f"step limited to {stepped - capacity:+d}")
+    last_down, memory = state.last_down, state.floor_memory_s
+    kept_floor, floor_until = state.floor, state.floor_until  # kept after expiry: a re-proof doubles the memory
+    if stepped < capacity:
+        last_down = (now, capacity, stepped)
+    elif stepped > capacity and last_down is not None:
+        down_time, down_from, down_to = last_down
+        if down_to == capacity and now - down_time <= spec.stabilization_window_down_s:
+            again = kept_floor == down_from and memory is not None
+            memory = 2 * memory if again and memory is not None else spec.scale_down_memory_s
+            kept_floor, floor_until, last_down = down_from, now + memory, None
+            notes.append(f"scale-down {down_from} → {down_to} undone: {down_from} is a floor for {memory:g} s")
+    new_state = AutoscalerState(history, panic_until, first_seen, last_down, kept_floor, floor_until, memory)
     reason = f"{top.describe(ready)} → {raw}"
     if notes:
         reason += f"; {'; '.join(notes)}"

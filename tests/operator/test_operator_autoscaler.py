@@ -157,6 +157,35 @@ def test_panic_on_burst_scales_without_waiting_and_blocks_scale_down() -> None:
     assert not ds[-1].panic and ds[-1].desired == 1  # after panic_hold_s the down-window (0 s) lets it go
 
 
+def test_an_undone_scale_down_becomes_a_floor_with_backoff() -> None:
+    spec = AutoscalingPolicySpec(
+        **{**SPEC.__dict__, "stabilization_window_down_s": 60, "scale_down_memory_s": 600, "tolerance": 0.0}
+    )
+    state, t = AutoscalerState(), 0.0
+
+    def step(ready: int, kv: float) -> ScaleDecision:
+        nonlocal state, t
+        d, state = decide(spec, state, view(ready=ready, kv=kv, t=t), ready=ready, starting=0, now=t)
+        t += 10
+        return d
+
+    def until_scaled_down() -> list[ScaleDecision]:
+        held = []
+        while (d := step(2, 0.3)).desired == 2:
+            held.append(d)
+        assert d.desired == 1
+        return held
+
+    until_scaled_down()  # 2 → 1 after the down-window
+    up = step(1, 1.0)  # ... proved too few at once
+    assert up.desired == 2 and "scale-down 2 → 1 undone: 2 is a floor for 600 s" in up.reason
+    held = until_scaled_down()
+    assert len(held) * 10 >= 600 - 10  # the floor holds for scale_down_memory_s, not just the down-window
+    assert "a scale-down below 2 was undone recently: held at 2" in held[-1].reason
+    again = step(1, 1.0)
+    assert "2 is a floor for 1200 s" in again.reason  # proven again: held twice as long
+
+
 def test_preemptions_alone_do_not_panic() -> None:
     """A preemption storm is the tuner's to fix first: it scales only through the stabilised path."""
     spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "stabilization_window_up_s": 30})
