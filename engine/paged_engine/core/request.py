@@ -63,6 +63,29 @@ class Request:
     it grows incrementally through ``block_hasher`` whenever tokens are appended, so a lookup never rehashes.
     """
 
+    __slots__ = (
+        "adapter_id",
+        "all_token_ids",
+        "arrival_time",
+        "block_hasher",
+        "block_hashes",
+        "cache_salt",
+        "eos_token_id",
+        "index",
+        "is_fork_parent",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "parent_request_id",
+        "priority",
+        "prompt_token_ids",
+        "request_id",
+        "sampling_params",
+        "status",
+        "stop_token_id",
+    )
+
     def __init__(
         self,
         request_id: str,
