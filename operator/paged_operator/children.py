@@ -1,0 +1,368 @@
+"""Pure builders: one ModelDeployment → the manifests of its children (Deployment, Service, ConfigMap, PDB, Secret).
+
+Nothing here talks to the API server, so every field the operator writes is unit-tested without a cluster.
+
+Budgets reach the engine through the ConfigMap: the container reads ``maxNumSeqs`` and
+``maxNumBatchedTokens`` from it as environment variables, expanded into its arguments. Kubernetes resolves
+them when a pod is created, so a pod started after the tuner changed the budgets starts with the tuned
+values, and a budget change never rolls the Deployment (running pods get it through the admin API).
+
+The Deployment manifest carries no ``spec.replicas``: the operator writes the replica count separately
+(``replicas_patch``, under its own field manager), so applying the children never resets it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from paged_platform.api import API_VERSION, KIND, ModelDeployment, parse_quantity
+
+from paged_operator.budget_tuner import Budgets
+from paged_operator.policy_config import controller_spec, starting_budgets
+
+ENGINE_CONTAINER = "engine"
+HTTP_PORT_NAME = "http"
+#: The engine listens on this port in every pod; the Service maps ``spec.service.port`` onto it.
+ENGINE_PORT = 8000
+#: Keys of the ConfigMap the engine container reads its budgets from.
+SEQS_KEY = "maxNumSeqs"
+TOKENS_KEY = "maxNumBatchedTokens"
+ENGINE_CONFIG_KEY = "engine.json"
+#: Key of the admin-token Secret, and the environment variable the engine reads it from.
+TOKEN_KEY = "token"
+ADMIN_TOKEN_ENV = "PAGED_ADMIN_TOKEN"
+SEQS_ENV = "PAGED_MAX_NUM_SEQS"
+TOKENS_ENV = "PAGED_MAX_NUM_BATCHED_TOKENS"
+#: The preStop hook waits this long for in-flight requests; the grace period adds the engine's own shutdown.
+DRAIN_WAIT_S = 60
+SHUTDOWN_GRACE_S = 20
+TERMINATION_GRACE_S = DRAIN_WAIT_S + SHUTDOWN_GRACE_S + 10
+#: A model load may take minutes: the startup probe allows this long before liveness takes over.
+STARTUP_BUDGET_S = 600
+STARTUP_PERIOD_S = 5
+MODEL_DEPLOYMENT_LABEL = "paged.dev/model-deployment"
+#: On the ConfigMap: the spec's static budget its budgets started from ("seqs/tokens").
+SPEC_BUDGET_ANNOTATION = "paged.dev/spec-budget"
+MODEL_VOLUME = "model"
+
+# preStop: stop admitting and wait for in-flight requests through the admin API. The engine image ships
+# Python but no curl; failures are ignored so that a dead engine does not delay its own replacement.
+_DRAIN_SCRIPT = (
+    "import os, urllib.request as u\n"
+    "r = u.Request('http://127.0.0.1:{port}/admin/drain?wait_seconds={wait}', method='POST')\n"
+    "t = os.environ.get('{env}')\n"
+    "t and r.add_header('Authorization', 'Bearer ' + t)\n"
+    "try: u.urlopen(r, timeout={timeout}).read()\n"
+    "except Exception: pass\n"
+)
+
+
+def deployment_name(md: ModelDeployment) -> str:
+    return md.metadata.name
+
+
+def service_name(md: ModelDeployment) -> str:
+    return md.metadata.name
+
+
+def config_map_name(md: ModelDeployment) -> str:
+    return f"{md.metadata.name}-engine"
+
+
+def pdb_name(md: ModelDeployment) -> str:
+    return md.metadata.name
+
+
+def secret_name(md: ModelDeployment) -> str:
+    return f"{md.metadata.name}-admin-token"
+
+
+def selector_labels(md: ModelDeployment) -> dict[str, str]:
+    """The engine pods' selector: immutable on a Deployment, so it holds only the owner's name."""
+    return {MODEL_DEPLOYMENT_LABEL: md.metadata.name}
+
+
+def selector_string(md: ModelDeployment) -> str:
+    return ",".join(f"{k}={v}" for k, v in selector_labels(md).items())
+
+
+def labels(md: ModelDeployment) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "paged-engine",
+        "app.kubernetes.io/instance": md.metadata.name,
+        "app.kubernetes.io/managed-by": "paged-operator",
+        **selector_labels(md),
+    }
+
+
+def endpoint(md: ModelDeployment) -> str:
+    """In-cluster base URL of the OpenAI-compatible API."""
+    return f"http://{service_name(md)}.{md.metadata.namespace}.svc:{md.spec.service.port}/v1"
+
+
+def owner_reference(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    """Makes the child garbage-collected with its ModelDeployment (``controller`` marks us as its manager)."""
+    if not uid:
+        raise ValueError(f"ModelDeployment {md.metadata.name!r} has no metadata.uid: cannot own children")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": md.metadata.name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(md: ModelDeployment, name: str, uid: str) -> dict[str, Any]:
+    if not md.metadata.namespace:
+        raise ValueError(f"ModelDeployment {md.metadata.name!r} has no namespace")
+    return {
+        "name": name,
+        "namespace": md.metadata.namespace,
+        "labels": labels(md),
+        "ownerReferences": [owner_reference(md, uid)],
+    }
+
+
+def engine_args(md: ModelDeployment) -> list[str]:
+    """``paged-engine`` arguments; budgets are ``$(VAR)`` references that Kubernetes expands from the ConfigMap."""
+    spec, engine = md.spec, md.spec.engine
+    args = [
+        "serve",
+        spec.model.name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ENGINE_PORT),
+        "--served-model-name",
+        spec.model.resolved_served_name,
+        "--dtype",
+        engine.dtype,
+        "--block-size",
+        str(engine.block_size),
+        "--max-num-seqs",
+        f"$({SEQS_ENV})",
+        "--max-num-batched-tokens",
+        f"$({TOKENS_ENV})",
+        "--shutdown-grace-seconds",
+        str(SHUTDOWN_GRACE_S),
+        "--enable-prefix-caching" if engine.enable_prefix_caching else "--no-enable-prefix-caching",
+    ]
+    if engine.max_model_len is not None:
+        args += ["--max-model-len", str(engine.max_model_len)]
+    if engine.kv_cache_memory is not None:
+        # The engine reads plain bytes; a Kubernetes quantity ("2Gi") is converted here.
+        args += ["--kv-cache-memory", str(int(parse_quantity(engine.kv_cache_memory)))]
+    return [*args, *engine.extra_args]
+
+
+def _env(md: ModelDeployment) -> list[dict[str, Any]]:
+    cm, secret = config_map_name(md), secret_name(md)
+    env: list[dict[str, Any]] = [
+        {"name": ADMIN_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": TOKEN_KEY}}},
+        {"name": SEQS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": SEQS_KEY}}},
+        {"name": TOKENS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": TOKENS_KEY}}},
+    ]
+    model = md.spec.model
+    if not model.is_default and not model.is_path:
+        mount = model.volume.mount_path if model.volume else "/models"
+        env.append({"name": "HF_HOME", "value": f"{mount}/.cache/huggingface"})
+    return env
+
+
+def _volumes(md: ModelDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(pod volumes, container mounts): the model's PVC, or an emptyDir cache for a Hugging Face id."""
+    model = md.spec.model
+    if model.volume is not None:
+        volume = {
+            "name": MODEL_VOLUME,
+            "persistentVolumeClaim": {"claimName": model.volume.claim_name, "readOnly": model.volume_read_only},
+        }
+        mount = {"name": MODEL_VOLUME, "mountPath": model.volume.mount_path, "readOnly": model.volume_read_only}
+        return [volume], [mount]
+    if model.is_default:
+        return [], []
+    return [{"name": MODEL_VOLUME, "emptyDir": {}}], [{"name": MODEL_VOLUME, "mountPath": "/models"}]
+
+
+def _resources(md: ModelDeployment) -> dict[str, Any]:
+    res = md.spec.resources
+    requests: dict[str, Any] = {"cpu": str(res.cpu), "memory": str(res.memory)}
+    limits: dict[str, Any] = {"memory": str(res.memory)}
+    if res.gpus:
+        requests[res.gpu_resource_name] = str(res.gpus)
+        limits[res.gpu_resource_name] = str(res.gpus)
+    return {"requests": requests, "limits": limits}
+
+
+def _http_probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": HTTP_PORT_NAME},
+        "periodSeconds": period_s,
+        "timeoutSeconds": 3,
+        "failureThreshold": failures,
+    }
+
+
+def container(md: ModelDeployment) -> dict[str, Any]:
+    engine = md.spec.engine
+    _, mounts = _volumes(md)
+    drain = _DRAIN_SCRIPT.format(port=ENGINE_PORT, wait=DRAIN_WAIT_S, env=ADMIN_TOKEN_ENV, timeout=DRAIN_WAIT_S + 5)
+    out: dict[str, Any] = {
+        "name": ENGINE_CONTAINER,
+        "image": engine.image,
+        "imagePullPolicy": engine.image_pull_policy,
+        "command": ["paged-engine"],
+        "args": engine_args(md),
+        "env": _env(md),
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "resources": _resources(md),
+        # /health is false only when the engine core died; /ready is also false while loading or draining.
+        "startupProbe": _http_probe("/health", STARTUP_PERIOD_S, STARTUP_BUDGET_S // STARTUP_PERIOD_S),
+        "livenessProbe": _http_probe("/health", 10, 3),
+        "readinessProbe": _http_probe("/ready", 5, 2),
+        "lifecycle": {"preStop": {"exec": {"command": ["python", "-c", drain]}}},
+    }
+    if mounts:
+        out["volumeMounts"] = mounts
+    return out
+
+
+def deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    """The engine Deployment, without ``spec.replicas`` (see the module docstring)."""
+    res, rollout = md.spec.resources, md.spec.rollout
+    volumes, _ = _volumes(md)
+    pod_spec: dict[str, Any] = {
+        "containers": [container(md)],
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "enableServiceLinks": False,
+    }
+    if volumes:
+        pod_spec["volumes"] = volumes
+    if res.node_selector:
+        pod_spec["nodeSelector"] = dict(res.node_selector)
+    if res.tolerations:
+        pod_spec["tolerations"] = [t.to_wire() for t in res.tolerations]
+    if res.affinity:
+        pod_spec["affinity"] = res.affinity
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(md, deployment_name(md), uid),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(md)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": rollout.max_surge, "maxUnavailable": rollout.max_unavailable},
+            },
+            "template": {"metadata": {"labels": labels(md)}, "spec": pod_spec},
+        },
+    }
+
+
+def replicas_patch(md: ModelDeployment, replicas: int) -> dict[str, Any]:
+    """The apply body that sets only the replica count (applied under the replica field manager)."""
+    if replicas < 0:
+        raise ValueError(f"replicas must not be negative, got {replicas}")
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": deployment_name(md), "namespace": md.metadata.namespace},
+        "spec": {"replicas": replicas},
+    }
+
+
+def service(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(md, service_name(md), uid),
+        "spec": {
+            "type": md.spec.service.type,
+            "selector": selector_labels(md),
+            "ports": [{"name": HTTP_PORT_NAME, "port": md.spec.service.port, "targetPort": HTTP_PORT_NAME}],
+        },
+    }
+
+
+def config_map(md: ModelDeployment, uid: str, budgets: Budgets) -> dict[str, Any]:
+    """The engine's configuration: the budgets new pods start with, and the engine settings for reference."""
+    engine = {
+        "model": md.spec.model.name,
+        "servedModelName": md.spec.model.resolved_served_name,
+        "args": engine_args(md),
+        "budgets": {SEQS_KEY: budgets.max_num_seqs, TOKENS_KEY: budgets.max_num_batched_tokens},
+    }
+    metadata = _metadata(md, config_map_name(md), uid)
+    metadata["annotations"] = {SPEC_BUDGET_ANNOTATION: _budget_text(starting_budgets(md.spec))}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": {
+            SEQS_KEY: str(budgets.max_num_seqs),
+            TOKENS_KEY: str(budgets.max_num_batched_tokens),
+            ENGINE_CONFIG_KEY: json.dumps(engine, indent=2, sort_keys=True),
+        },
+    }
+
+
+def budgets_from_config_map(data: dict[str, str] | None) -> Budgets | None:
+    """The budgets recorded in the ConfigMap's data, or None when absent or unreadable."""
+    if not data:
+        return None
+    try:
+        seqs, tokens = int(data[SEQS_KEY]), int(data[TOKENS_KEY])
+    except (KeyError, ValueError):
+        return None
+    if seqs < 1 or tokens < seqs:
+        return None
+    return Budgets(seqs, tokens)
+
+
+def _budget_text(budgets: Budgets) -> str:
+    return f"{budgets.max_num_seqs}/{budgets.max_num_batched_tokens}"
+
+
+def config_map_budgets(md: ModelDeployment, current: dict[str, Any] | None) -> Budgets:
+    """The budgets the ConfigMap must hold now.
+
+    A static budget is the spec's. With the tuner on, the tuned budgets already in the ConfigMap are kept
+    (moved into the current bounds), unless the spec's own budget changed since they were derived from it:
+    a user who sets the budget (``paged-ctl budget``) restarts the tuner from there.
+    """
+    static = starting_budgets(md.spec)
+    tuner = controller_spec(md.spec).budget
+    if tuner is None or current is None:
+        return static
+    annotations = (current.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(SPEC_BUDGET_ANNOTATION) != _budget_text(static):
+        return static
+    tuned = budgets_from_config_map(current.get("data"))
+    return tuner.clamp(tuned) if tuned is not None else static
+
+
+def pod_disruption_budget(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    """One replica at a time may be evicted voluntarily (node drains make progress, capacity drops by one)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(md, pdb_name(md), uid),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(md)}},
+    }
+
+
+def admin_secret(md: ModelDeployment, uid: str, token: str) -> dict[str, Any]:
+    """The admin token shared by the engines (env) and the operator (admin API calls); created once, never rotated
+    by apply."""
+    if len(token) < 16:
+        raise ValueError(f"admin token must have at least 16 characters, got {len(token)}")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(md, secret_name(md), uid),
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token},
+    }

@@ -1,0 +1,85 @@
+"""Talking to the engine pods themselves: which ones serve (``/ready``), and pushing budgets (``/admin/budgets``).
+
+Kubernetes readiness is necessary but not sufficient: the operator only counts a pod as ready when its
+engine also answers ``/ready`` within a short timeout, so a pod whose engine is still loading (or whose
+readiness the kubelet has not caught up with) is *starting*, not a ready replica reporting nothing.
+Every call has its own timeout and a failure becomes a value, never an exception, so one slow pod
+cannot hold up a decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from paged_operator.budget_tuner import Budgets
+from paged_operator.scrape import PodTarget
+
+
+@dataclass(frozen=True)
+class EnginePod:
+    """A Kubernetes-ready engine pod: its name and base URL (``http://<pod-ip>:<port>``)."""
+
+    name: str
+    base_url: str
+
+    @property
+    def metrics_target(self) -> PodTarget:
+        return PodTarget(self.name, f"{self.base_url}/metrics")
+
+
+def engine_pod(pod: Mapping[str, Any], port: int) -> EnginePod:
+    ip = pod["status"]["podIP"]
+    host = f"[{ip}]" if ":" in ip else ip
+    return EnginePod(pod["metadata"]["name"], f"http://{host}:{port}")
+
+
+class EngineAdmin:
+    """Readiness probes and budget pushes, each bounded by ``timeout_s``."""
+
+    def __init__(self, client: httpx.AsyncClient, *, timeout_s: float = 2.0) -> None:
+        if not timeout_s > 0:
+            raise ValueError(f"engine call timeout must be positive, got {timeout_s} s")
+        self._client = client
+        self._timeout_s = timeout_s
+
+    async def serving(self, pods: Sequence[EnginePod]) -> tuple[list[EnginePod], dict[str, str]]:
+        """(pods whose engine answers /ready with 200, pod → why not for the others)."""
+        answers = await asyncio.gather(*(self._ready(pod) for pod in pods))
+        ready = [pod for pod, why in zip(pods, answers, strict=True) if why is None]
+        return ready, {pod.name: why for pod, why in zip(pods, answers, strict=True) if why is not None}
+
+    async def _ready(self, pod: EnginePod) -> str | None:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                response = await self._client.get(f"{pod.base_url}/ready", timeout=self._timeout_s)
+        except TimeoutError:
+            return f"/ready gave no answer within {self._timeout_s:g} s"
+        except httpx.HTTPError as exc:
+            return f"/ready: {type(exc).__name__}: {exc}"
+        return None if response.status_code == 200 else f"/ready answered HTTP {response.status_code}"
+
+    async def push_budgets(self, pods: Sequence[EnginePod], budgets: Budgets, token: str) -> dict[str, str]:
+        """PUT the budgets to each pod; returns pod → error for those that did not take them."""
+        body = {"max_num_seqs": budgets.max_num_seqs, "max_num_batched_tokens": budgets.max_num_batched_tokens}
+        answers = await asyncio.gather(*(self._put(pod, body, token) for pod in pods))
+        return {pod.name: why for pod, why in zip(pods, answers, strict=True) if why is not None}
+
+    async def _put(self, pod: EnginePod, body: dict[str, int], token: str) -> str | None:
+        headers = {"Authorization": f"Bearer {token}"}
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                response = await self._client.put(
+                    f"{pod.base_url}/admin/budgets", json=body, headers=headers, timeout=self._timeout_s
+                )
+        except TimeoutError:
+            return f"no answer within {self._timeout_s:g} s"
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if response.is_error:
+            return f"HTTP {response.status_code}: {response.text[:200]}"
+        return None

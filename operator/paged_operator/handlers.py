@@ -1,0 +1,378 @@
+"""kopf handlers: thin glue between the API server, the engine pods and the pure policies.
+
+* ``reconcile`` (create / spec update / resume): applies the children with server-side apply, sets the
+  replica count the operator wants, and writes the status it can know without metrics.
+* ``control_loop`` (a daemon per ModelDeployment, every ``autoscaling.intervalSeconds``): lists the engine
+  pods, probes and scrapes the serving ones, runs ``controller_logic.decide`` and carries out its plan:
+  replicas, budgets (ConfigMap and admin API), status, Events.
+
+Errors: an object the API types refuse is a permanent error (reported in the ``Ready`` condition and an
+Event; kopf does not retry it). API and network failures are temporary: ``reconcile`` is retried with
+exponential backoff, the daemon logs the failure and tries again at its next interval.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import kopf
+from paged_platform.api import GROUP, PLURAL, VERSION, Decision, ModelDeployment, ModelDeploymentStatus
+from pydantic import ValidationError
+
+from paged_operator import budget_tuner, children, health, status_builder
+from paged_operator.budget_tuner import Budgets
+from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide, initial_state
+from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
+from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, object_path
+from paged_operator.policy_config import controller_spec, starting_budgets
+from paged_operator.scrape import PodScraper
+
+log = logging.getLogger(__name__)
+ANNOTATION_PREFIX = "operator.paged.dev"
+MAX_BACKOFF_S = 60.0
+
+
+@dataclass
+class Options:
+    """Operator-wide settings from the command line."""
+
+    scrape_timeout_s: float = 2.0
+    watch_timeout_s: int = 300
+    request_timeout_s: float = 30.0
+
+
+@dataclass
+class Shared:
+    """State shared by all handlers (kopf gives each object a shallow copy of the operator's memo)."""
+
+    options: Options = field(default_factory=Options)
+    connection: kopf.ConnectionInfo | None = None
+    _kube: KubeApi | None = None
+    _http: httpx.AsyncClient | None = None
+
+    @property
+    def kube(self) -> KubeApi:
+        if self._kube is None:
+            if self.connection is None:
+                raise kopf.TemporaryError("not logged in to the API server yet", delay=1)
+            self._kube = KubeApi.from_connection(self.connection, timeout_s=self.options.request_timeout_s)
+        return self._kube
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The client for engine pods (plain HTTP, no API-server credentials)."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=64))
+        return self._http
+
+    async def aclose(self) -> None:
+        for client in (self._kube, self._http):
+            if client is not None:
+                await client.aclose()
+
+
+def _shared(memo: Any) -> Shared:
+    shared = getattr(memo, "shared", None)
+    if not isinstance(shared, Shared):
+        raise kopf.PermanentError("the operator was started without its shared state (use paged-operator run)")
+    return shared
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    options = _shared(memo).options
+    # The CRD's status schema is closed (kopf could not keep its progress there): annotations instead.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX)
+    settings.posting.level = logging.WARNING  # our own Events say what happened; kopf adds only warnings
+    settings.watching.server_timeout = options.watch_timeout_s
+    settings.watching.client_timeout = options.watch_timeout_s + 10
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = options.request_timeout_s
+    settings.networking.connect_timeout = 10
+
+
+@kopf.on.login()
+def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own kubeconfig / in-cluster loaders; the operator's HTTP client reuses what they found."""
+    info = kopf.login_with_kubeconfig(**kwargs) or kopf.login_with_service_account(**kwargs)
+    _shared(memo).connection = info
+    return info
+
+
+@kopf.on.cleanup()
+async def close_clients(memo: Any, **_: Any) -> None:
+    await _shared(memo).aclose()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _parse(body: Mapping[str, Any]) -> ModelDeployment:
+    obj = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+    obj["metadata"] = {k: v for k, v in dict(body["metadata"]).items() if k != "managedFields"}
+    return ModelDeployment.from_wire(obj)
+
+
+def _status(body: Mapping[str, Any]) -> ModelDeploymentStatus:
+    try:
+        return ModelDeploymentStatus.model_validate(dict(body.get("status") or {}))
+    except ValidationError:
+        return ModelDeploymentStatus()  # written by an older operator: start over rather than fail
+
+
+def _backoff(retry: int) -> float:
+    return min(MAX_BACKOFF_S, 2.0 ** max(0, retry))
+
+
+def desired_replicas(md: ModelDeployment, status: ModelDeploymentStatus) -> int:
+    """The count the operator keeps: the autoscaler's last choice inside the current bounds, else ``min``."""
+    bounds = md.spec.replicas
+    if not md.spec.autoscaling.enabled or status.observed_generation is None:
+        return bounds.min
+    return min(bounds.max, max(bounds.min, status.desired_replicas))
+
+
+async def _reject(kube: KubeApi, body: Mapping[str, Any], exc: ValidationError) -> None:
+    message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False))
+    status = ModelDeploymentStatus()
+    status.set_condition("Ready", "False", "InvalidSpec", message[:32768], now=_now())
+    await kube.patch_status(body["metadata"]["namespace"], body["metadata"]["name"], status.to_wire())
+    await kube.post_event(body, reason="InvalidSpec", message=message, warning=True)
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
+    kube = _shared(memo).kube
+    with health.timed("reconcile"):
+        try:
+            md = _parse(body)
+        except ValidationError as exc:
+            await _reject(kube, body, exc)
+            raise kopf.PermanentError(f"invalid ModelDeployment: {exc.error_count()} error(s)") from None
+        try:
+            await apply_children(kube, md, dict(body))
+        except ApiError as exc:
+            if exc.code == 422:  # the API server refused a child we built: retrying cannot help
+                await kube.post_event(body, reason="ApplyRefused", message=str(exc), warning=True)
+                raise kopf.PermanentError(str(exc)) from exc
+            raise kopf.TemporaryError(str(exc), delay=_backoff(retry)) from exc
+        except httpx.HTTPError as exc:
+            raise kopf.TemporaryError(f"API server unreachable: {exc}", delay=_backoff(retry)) from exc
+
+
+async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, Any]) -> None:
+    """Apply every child (idempotent), set the wanted replica count and write the status known without metrics."""
+    meta = body["metadata"]
+    uid, namespace = meta["uid"], meta["namespace"]
+    await kube.create_if_absent(children.admin_secret(md, uid, secrets.token_urlsafe(32)))
+    current_cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
+    budgets = children.config_map_budgets(md, current_cm)
+    await kube.apply(children.config_map(md, uid, budgets))
+    await kube.apply(children.service(md, uid))
+    await kube.apply(children.pod_disruption_budget(md, uid))
+    await kube.apply(children.deployment(md, uid))
+    status = _status(body)
+    desired = desired_replicas(md, status)
+    deployment = await kube.apply(children.replicas_patch(md, desired), field_manager=REPLICAS_FIELD_MANAGER)
+    health.DESIRED_REPLICAS.labels(namespace, md.metadata.name).set(desired)
+
+    generation = meta.get("generation")
+    if status.observed_generation != generation:
+        await kube.post_event(
+            body,
+            reason="Applied",
+            message=f"applied Deployment, Service, ConfigMap and PodDisruptionBudget for generation {generation}"
+            f" ({desired} replicas, budgets {budgets.max_num_seqs}/{budgets.max_num_batched_tokens})",
+        )
+    now = _now()
+    status.observed_generation = generation
+    status.desired_replicas = desired
+    status.selector = children.selector_string(md)
+    status.endpoint = children.endpoint(md)
+    status.budget = status.budget or status_builder.budget_state(budgets)
+    dep_status = deployment.get("status") or {}
+    status.replicas = dep_status.get("replicas", 0)
+    status.ready_replicas = dep_status.get("readyReplicas", 0)
+    _set(status, "Progressing", status_builder.progressing_condition(deployment, desired), now, generation)
+    ready = status_builder.ready_condition(status.ready_replicas, desired, md.spec.replicas.min)
+    _set(status, "Ready", ready, now, generation)
+    await kube.patch_status(namespace, md.metadata.name, status.to_wire())
+
+
+def _set(
+    status: ModelDeploymentStatus, type_: str, value: status_builder.ConditionValue, now: datetime, gen: int | None
+) -> None:
+    status.set_condition(type_, value.status, value.reason, value.message, now=now, observed_generation=gen)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def forget(body: kopf.Body, **_: Any) -> None:
+    """Children go with their owner (garbage collection); only the operator's own gauge is left to drop."""
+    health.forget(body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
+async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, logger: Any, **_: Any) -> None:
+    """Decide every ``autoscaling.intervalSeconds``; the policies' state lives here, one loop per object."""
+    shared = _shared(memo)
+    loop = ControlLoop(shared)
+    while not stopped:
+        snapshot = dict(body)  # kopf keeps ``body`` current; one consistent copy per decision
+        interval = 15.0
+        try:
+            md = _parse(snapshot)
+            interval = float(md.spec.autoscaling.interval_seconds)
+            with health.timed("control_loop"):
+                await loop.tick(md, snapshot)
+        except ValidationError:
+            pass  # reported by ``reconcile``; nothing to decide on
+        except (ApiError, httpx.HTTPError, kopf.TemporaryError) as exc:
+            logger.warning(f"decision skipped, retrying in {interval:g} s: {exc}")
+        await stopped.wait(interval)
+
+
+@dataclass
+class ControlLoop:
+    """One ModelDeployment's decisions: the policies' state and what was last carried out."""
+
+    shared: Shared
+    spec: ControllerSpec | None = None
+    state: ControllerState | None = None
+
+    def _state_for(self, spec: ControllerSpec, budgets: Budgets) -> ControllerState:
+        """Keep the policies' windows across spec changes; (re)start the tuner when it is switched on or when its
+        budgets no longer match the ConfigMap's (someone else set them: the spec's static budget changed)."""
+        if self.state is None:
+            return initial_state(spec, budgets if spec.budget is not None else None)
+        state = self.state
+        if spec.budget is None:
+            return replace(state, tuner=None)
+        if state.tuner is None or state.tuner.budgets != spec.budget.clamp(budgets):
+            return replace(state, tuner=budget_tuner.initial_state(spec.budget, budgets))
+        return state
+
+    async def tick(self, md: ModelDeployment, body: Mapping[str, Any]) -> None:
+        kube = self.shared.kube
+        namespace, name = md.metadata.namespace or "", md.metadata.name
+        uid = body["metadata"]["uid"]
+        deployment = await kube.get_optional(object_path("Deployment", namespace, children.deployment_name(md)))
+        if deployment is None:
+            return  # reconcile creates it
+        cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
+        budgets = children.budgets_from_config_map((cm or {}).get("data")) or starting_budgets(md.spec)
+        spec = controller_spec(md.spec)
+        state = self._state_for(spec, budgets)
+
+        pods = await kube.list_pods(namespace, children.selector_string(md))
+        alive = [p for p in pods if not status_builder.pod_is_terminating(p)]
+        candidates = [engine_pod(p, children.ENGINE_PORT) for p in alive if status_builder.pod_is_ready(p)]
+        admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
+        serving, _ = await admin.serving(candidates)
+        scraper = PodScraper(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
+        scraped = await scraper.collect([p.metrics_target for p in serving])
+        if scraped.failures:
+            health.SCRAPE_FAILURES.labels(namespace).inc(len(scraped.failures))
+        obs = Observation(
+            time=scraped.time,
+            ready_pods=tuple(p.name for p in serving),
+            starting=len(alive) - len(serving),
+            samples=scraped.samples,
+            failures=scraped.failures,
+        )
+        plan, state = decide(spec, state, obs)
+        self.spec, self.state = spec, state
+
+        status = _status(body)
+        now = _now()
+        current = (deployment.get("spec") or {}).get("replicas", 0)
+        desired = desired_replicas(md, status)
+        scale = status_builder.scale_decision(plan, current, now)
+        if plan.replicas is not None:
+            desired = plan.replicas
+        if desired != current:
+            deployment = await kube.apply(children.replicas_patch(md, desired), field_manager=REPLICAS_FIELD_MANAGER)
+        health.DESIRED_REPLICAS.labels(namespace, name).set(desired)
+
+        in_force = budgets
+        tuned = status_builder.budget_decision(plan, budgets, now)
+        if plan.budgets is not None:
+            await kube.apply(children.config_map(md, uid, plan.budgets))
+            in_force = plan.budgets
+        target = plan.target_budgets or starting_budgets(md.spec)
+        await self._push(md, body, serving, plan, target)
+
+        for decision in (scale, tuned):
+            if decision is not None and not status_builder.is_repeat(status, decision):
+                await self._record(body, status, decision, plan)
+
+        status.desired_replicas = desired
+        status.replicas = len(alive)
+        status.ready_replicas = len(serving)
+        status.selector = children.selector_string(md)
+        status.endpoint = children.endpoint(md)
+        status.budget = status_builder.budget_state(in_force)
+        if plan.view is not None and plan.view.reporting:
+            status.metrics = status_builder.metrics_snapshot(plan.view, now)
+        generation = status.observed_generation
+        progressing = status_builder.progressing_condition(deployment, desired)
+        ready = status_builder.ready_condition(len(serving), desired, md.spec.replicas.min)
+        _set(status, "Progressing", progressing, now, generation)
+        _set(status, "Ready", ready, now, generation)
+        for cond in plan.conditions:
+            value = status_builder.ConditionValue(cond.status, cond.reason, cond.message)  # type: ignore[arg-type]
+            _set(status, cond.type, value, now, generation)
+        if plan.scale is None:
+            off = status_builder.ConditionValue("False", "AutoscalingDisabled", f"{desired} replicas (replicas.min)")
+            _set(status, "ScalingLimited", off, now, generation)
+        await kube.patch_status(namespace, name, status.to_wire())
+
+    async def _push(
+        self, md: ModelDeployment, body: Mapping[str, Any], serving: list[EnginePod], plan: Plan, target: Budgets
+    ) -> None:
+        """Budgets to the engines that do not run them yet (all of them after a change)."""
+        if plan.target_budgets is not None:
+            names = set(plan.push_budgets_to)
+        else:  # static budget: the pods that report another one (the spec's budget was changed)
+            reported = plan.view.budgets if plan.view is not None else {}
+            want = (target.max_num_seqs, target.max_num_batched_tokens)
+            names = {pod for pod, have in reported.items() if have != want}
+        pods = [p for p in serving if p.name in names]
+        if not pods:
+            return
+        kube = self.shared.kube
+        secret = await kube.get(object_path("Secret", md.metadata.namespace or "", children.secret_name(md)))
+        token = _secret_value(secret, children.TOKEN_KEY)
+        admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
+        failed = await admin.push_budgets(pods, target, token)
+        if failed:
+            detail = "; ".join(f"{pod}: {why}" for pod, why in sorted(failed.items()))
+            await kube.post_event(body, reason="BudgetPushFailed", message=detail, warning=True)
+
+    async def _record(
+        self, body: Mapping[str, Any], status: ModelDeploymentStatus, decision: Decision, plan: Plan
+    ) -> None:
+        status.record_decision(decision)
+        rule = plan.verdict.rule if not decision.dry_run else "dry-run"
+        health.DECISIONS.labels(decision.kind, rule, str(decision.dry_run).lower()).inc()
+        verb = {"scale": "Scaled", "budget": "BudgetChanged"}[decision.kind]
+        reason = f"{verb}DryRun" if decision.dry_run else verb
+        message = f"{decision.from_.describe()} -> {decision.to.describe()}: {decision.reason}"
+        await self.shared.kube.post_event(body, reason=reason, message=message)
+
+
+def _secret_value(secret: Mapping[str, Any], key: str) -> str:
+    data = (secret.get("data") or {}).get(key)
+    if not data:
+        raise kopf.TemporaryError(f"Secret {secret['metadata']['name']} has no key {key!r}", delay=5)
+    return base64.b64decode(data).decode()

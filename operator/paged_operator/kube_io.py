@@ -1,0 +1,198 @@
+"""The operator's calls to the API server: server-side apply, status patches, events, pod listing.
+
+One async HTTP client built from the same credentials kopf logged in with (``kopf.ConnectionInfo``), so the
+operator's own writes and kopf's watches act as the same identity (the ServiceAccount the chart binds).
+Errors keep the server's status: ``ApiError.permanent`` tells a refusal that retrying cannot fix (invalid,
+forbidden) from one that it can (conflict, throttling, unavailable).
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import tempfile
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kopf
+from paged_platform.api import GROUP, PLURAL, VERSION
+
+FIELD_MANAGER = "paged-operator"
+#: Owns only ``spec.replicas`` of the engine Deployment: the operator is its single writer.
+REPLICAS_FIELD_MANAGER = "paged-operator-replicas"
+APPLY = "application/apply-patch+yaml"
+MERGE = "application/merge-patch+json"
+REPORTING_COMPONENT = "paged-operator"
+_PERMANENT_CODES = frozenset({400, 401, 403, 404, 405, 422})
+
+_COLLECTIONS: dict[str, str] = {
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
+    "Secret": "/api/v1/namespaces/{ns}/secrets",
+    "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    "Pod": "/api/v1/namespaces/{ns}/pods",
+    "Event": "/api/v1/namespaces/{ns}/events",
+}
+
+
+class ApiError(RuntimeError):
+    """A non-2xx answer; ``status`` is the server's Status object."""
+
+    def __init__(self, method: str, path: str, code: int, status: Mapping[str, Any]) -> None:
+        self.code = code
+        self.reason = str(status.get("reason", ""))
+        self.message = str(status.get("message", ""))
+        super().__init__(f"{method} {path} -> {code} {self.reason}: {self.message}")
+
+    @property
+    def permanent(self) -> bool:
+        return self.code in _PERMANENT_CODES
+
+
+def collection_path(kind: str, namespace: str) -> str:
+    if kind not in _COLLECTIONS:
+        raise ValueError(f"kind {kind!r} is not one the operator manages ({sorted(_COLLECTIONS)})")
+    return _COLLECTIONS[kind].format(ns=namespace)
+
+
+def object_path(kind: str, namespace: str, name: str) -> str:
+    return f"{collection_path(kind, namespace)}/{name}"
+
+
+def model_deployment_path(namespace: str, name: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+
+
+def _pem_file(directory: Path, name: str, data: str | bytes) -> str:
+    """kubeconfig ``*-data`` fields are base64 PEM; ssl wants files for client certificates."""
+    raw = data if isinstance(data, bytes) else data.encode()
+    path = directory / name
+    path.write_bytes(base64.b64decode(raw))
+    path.chmod(0o600)
+    return str(path)
+
+
+def ssl_context(info: kopf.ConnectionInfo, scratch: Path) -> ssl.SSLContext | bool:
+    """TLS settings from kopf's connection info (CA and client certificate as paths or inline data)."""
+    if info.insecure:
+        return False
+    ctx = ssl.create_default_context(cafile=str(info.ca_path) if info.ca_path else None)
+    if info.ca_data:
+        raw = info.ca_data if isinstance(info.ca_data, bytes) else info.ca_data.encode()
+        ctx.load_verify_locations(cadata=base64.b64decode(raw).decode())
+    cert = info.certificate_path or (info.certificate_data and _pem_file(scratch, "client.crt", info.certificate_data))
+    key = info.private_key_path or (info.private_key_data and _pem_file(scratch, "client.key", info.private_key_data))
+    if cert:
+        ctx.load_cert_chain(str(cert), str(key) if key else None)
+    return ctx
+
+
+class KubeApi:
+    """Async REST calls the operator makes. ``timeout_s`` bounds every request."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self._http = http
+
+    @classmethod
+    def from_connection(cls, info: kopf.ConnectionInfo, timeout_s: float = 10.0) -> KubeApi:
+        scratch = Path(tempfile.mkdtemp(prefix="paged-operator-"))
+        headers = {"Accept": "application/json"}
+        if info.token:
+            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
+        auth = httpx.BasicAuth(info.username, info.password or "") if info.username else None
+        http = httpx.AsyncClient(
+            base_url=info.server, verify=ssl_context(info, scratch), headers=headers, auth=auth, timeout=timeout_s
+        )
+        return cls(http)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        response = await self._http.request(
+            method,
+            path,
+            json=body,
+            params=params,
+            headers={"Content-Type": content_type} if body is not None else None,
+        )
+        data = response.json() if response.content else {}
+        if response.is_error:
+            raise ApiError(method, path, response.status_code, data if isinstance(data, dict) else {"message": data})
+        return data
+
+    async def get(self, path: str, **params: str) -> dict[str, Any]:
+        return await self.request("GET", path, params=params or None)
+
+    async def get_optional(self, path: str) -> dict[str, Any] | None:
+        try:
+            return await self.get(path)
+        except ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    async def apply(self, obj: Mapping[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply ``obj`` (forced: the operator is the only writer of the fields it sets)."""
+        meta = obj["metadata"]
+        path = object_path(obj["kind"], meta["namespace"], meta["name"])
+        params = {"fieldManager": field_manager, "force": "true"}
+        return await self.request("PATCH", path, obj, params=params, content_type=APPLY)
+
+    async def create_if_absent(self, obj: Mapping[str, Any]) -> bool:
+        """Create ``obj`` unless it exists (True when created): for objects apply must not overwrite (secrets)."""
+        meta = obj["metadata"]
+        try:
+            await self.request("POST", collection_path(obj["kind"], meta["namespace"]), obj)
+        except ApiError as exc:
+            if exc.code == 409:
+                return False
+            raise
+        return True
+
+    async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return (await self.get(collection_path("Pod", namespace), labelSelector=selector))["items"]
+
+    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        path = model_deployment_path(namespace, name) + "/status"
+        return await self.request("PATCH", path, {"status": status}, content_type=MERGE)
+
+    async def post_event(
+        self, owner: Mapping[str, Any], *, reason: str, message: str, warning: bool = False
+    ) -> dict[str, Any]:
+        """A core/v1 Event on the ModelDeployment (``kubectl describe md`` lists them)."""
+        meta = owner["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": owner.get("apiVersion", f"{GROUP}/{VERSION}"),
+                "kind": owner.get("kind", "ModelDeployment"),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": REPORTING_COMPONENT},
+            "reportingComponent": REPORTING_COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        return await self.request("POST", collection_path("Event", meta["namespace"]), event)

@@ -1,0 +1,173 @@
+"""Pure pieces of ``ModelDeployment.status``: conditions from what the cluster shows, and records of decisions.
+
+The handlers gather the facts (the Deployment, its pods, the last plan) and these functions turn them into
+status fields, so every condition's rule is unit-tested without a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from paged_platform.api import BudgetState, Decision, DecisionState, MetricsSnapshot, ModelDeploymentStatus
+from pydantic.alias_generators import to_camel
+
+from paged_operator.budget_tuner import Budgets
+from paged_operator.controller_logic import Plan
+from paged_operator.metrics import FleetView
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+@dataclass(frozen=True)
+class ConditionValue:
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PodCounts:
+    """Engine pods of one ModelDeployment: ``total`` exist (not terminating), ``ready`` serve, ``starting`` do not
+    serve yet."""
+
+    total: int
+    ready: int
+    starting: int
+
+
+def pod_is_ready(pod: Mapping[str, Any]) -> bool:
+    """Kubernetes' view: running, Ready condition true, an IP, not being deleted."""
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    return (
+        not (pod.get("metadata") or {}).get("deletionTimestamp")
+        and status.get("phase") == "Running"
+        and bool(status.get("podIP"))
+        and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    )
+
+
+def pod_is_terminating(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) or status.get("phase") in ("Succeeded", "Failed")
+
+
+def ready_condition(ready: int, desired: int, min_replicas: int) -> ConditionValue:
+    """Ready when at least ``replicas.min`` replicas serve (one, when min is 0 but replicas are wanted)."""
+    need = max(min_replicas, 1 if desired > 0 else 0)
+    if need == 0:
+        return ConditionValue("True", "ScaledToZero", "no replicas wanted (replicas.min is 0)")
+    if ready >= need:
+        return ConditionValue("True", "MinimumReplicasReady", f"{ready} of {desired} replicas ready")
+    return ConditionValue(
+        "False", "MinimumReplicasUnavailable", f"{ready} replicas ready, at least {need} needed ({desired} desired)"
+    )
+
+
+def progressing_condition(deployment: Mapping[str, Any] | None, desired: int) -> ConditionValue:
+    """Progressing while the Deployment rolls out a new template or moves towards the desired count."""
+    if deployment is None:
+        return ConditionValue("True", "CreatingDeployment", "the engine Deployment does not exist yet")
+    meta, status = deployment.get("metadata") or {}, deployment.get("status") or {}
+    if status.get("observedGeneration", 0) < meta.get("generation", 0):
+        return ConditionValue("True", "RollingOut", "the Deployment controller has not seen the latest template yet")
+    updated, total = status.get("updatedReplicas", 0), status.get("replicas", 0)
+    available = status.get("availableReplicas", 0)
+    if updated < desired:
+        return ConditionValue("True", "RollingOut", f"{updated} of {desired} replicas run the latest template")
+    if total > desired:
+        return ConditionValue("True", "ScalingDown", f"{total} replicas exist, {desired} desired")
+    if available < desired:
+        return ConditionValue("True", "ScalingUp", f"{available} of {desired} replicas available")
+    return ConditionValue("False", "Stable", f"{desired} replicas up to date and available")
+
+
+def metrics_snapshot(view: FleetView, now: datetime) -> MetricsSnapshot:
+    return MetricsSnapshot(
+        time=now,
+        replicas=view.reporting,
+        kv_cache_usage=min(1.0, max(0.0, view.kv_usage_mean)),
+        requests_waiting=max(0.0, view.waiting_per_replica),
+        requests_running=max(0.0, view.running_per_replica),
+        preemption_rate=max(0.0, view.preemption_rate_per_replica or 0.0),
+        prefix_cache_hit_rate=view.prefix_hit_rate,
+        ttft_p95_seconds=view.ttft_p95_s,
+    )
+
+
+def budget_state(budgets: Budgets) -> BudgetState:
+    return BudgetState(max_num_seqs=budgets.max_num_seqs, max_num_batched_tokens=budgets.max_num_batched_tokens)
+
+
+def _signals(plan: Plan) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if plan.scale is not None:
+        out.update({to_camel(s.name): round(s.value, 4) for s in plan.scale.signals})
+    if plan.view is not None:
+        out.setdefault("kvCacheUsage", round(plan.view.kv_usage_mean, 4))
+        out["waitingPerReplica"] = round(plan.view.waiting_per_replica, 4)
+        out["readyReplicas"] = float(plan.view.ready)
+    return out
+
+
+def _reason(text: str) -> str:
+    return text if len(text) <= 1024 else text[:1021] + "..."
+
+
+def scale_decision(plan: Plan, current: int, now: datetime) -> Decision | None:
+    """The record of a replica change (or of a dry-run one); None when the plan changes no replica count."""
+    scale = plan.scale
+    if plan.replicas is not None:
+        return Decision(
+            time=now,
+            kind="scale",
+            **{"from": DecisionState(replicas=current)},
+            to=DecisionState(replicas=plan.replicas),
+            reason=_reason(plan.verdict.reason),
+            signals=_signals(plan),
+        )
+    if scale is not None and scale.dry_run and scale.desired != current:
+        return Decision(
+            time=now,
+            kind="scale",
+            **{"from": DecisionState(replicas=current)},
+            to=DecisionState(replicas=scale.desired),
+            reason=_reason(scale.reason),
+            signals=_signals(plan),
+            dry_run=True,
+        )
+    return None
+
+
+def budget_decision(plan: Plan, current: Budgets, now: datetime) -> Decision | None:
+    """The record of a budget change; None when the plan changes no budget."""
+    if plan.budgets is None:
+        return None
+    return Decision(
+        time=now,
+        kind="budget",
+        **{
+            "from": DecisionState(
+                max_num_seqs=current.max_num_seqs, max_num_batched_tokens=current.max_num_batched_tokens
+            )
+        },
+        to=DecisionState(
+            max_num_seqs=plan.budgets.max_num_seqs, max_num_batched_tokens=plan.budgets.max_num_batched_tokens
+        ),
+        reason=_reason(plan.verdict.reason),
+        signals=_signals(plan),
+    )
+
+
+def is_repeat(status: ModelDeploymentStatus, decision: Decision) -> bool:
+    """A dry-run decision identical to the last one of its kind is not recorded again (no status churn)."""
+    last = status.last_decision(decision.kind)
+    return (
+        decision.dry_run
+        and last is not None
+        and last.dry_run
+        and (last.from_, last.to) == (decision.from_, decision.to)
+    )

@@ -1,0 +1,217 @@
+"""The child manifests built from a ModelDeployment (pure builders, no cluster)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from paged_engine.cli import build_parser
+from paged_operator import children
+from paged_operator.budget_tuner import Budgets
+from paged_platform.api import ModelDeployment
+
+UID = "7f1c8d2e-0000-4000-8000-000000000001"
+
+
+def md(spec: dict[str, Any] | None = None, name: str = "gemma") -> ModelDeployment:
+    return ModelDeployment.model_validate({"metadata": {"name": name, "namespace": "team-a"}, "spec": spec or {}})
+
+
+def engine_container(obj: ModelDeployment) -> dict[str, Any]:
+    (container,) = children.deployment(obj, UID)["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def expand(args: list[str], env: dict[str, str]) -> list[str]:
+    """What the kubelet does with ``$(VAR)`` in container args."""
+    out = []
+    for arg in args:
+        for key, value in env.items():
+            arg = arg.replace(f"$({key})", value)
+        out.append(arg)
+    return out
+
+
+def test_every_child_is_owned_by_the_model_deployment_and_labelled() -> None:
+    obj = md()
+    built = [
+        children.deployment(obj, UID),
+        children.service(obj, UID),
+        children.config_map(obj, UID, Budgets(64, 2048)),
+        children.pod_disruption_budget(obj, UID),
+        children.admin_secret(obj, UID, "x" * 32),
+    ]
+    for child in built:
+        meta = child["metadata"]
+        assert meta["namespace"] == "team-a"
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "paged.dev/v1alpha1",
+                "kind": "ModelDeployment",
+                "name": "gemma",
+                "uid": UID,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"][children.MODEL_DEPLOYMENT_LABEL] == "gemma"
+    assert len({(c["kind"], c["metadata"]["name"]) for c in built}) == len(built)
+
+
+def test_owner_without_uid_or_namespace_is_refused() -> None:
+    with pytest.raises(ValueError, match="no metadata.uid"):
+        children.service(md(), "")
+    orphan = ModelDeployment.model_validate({"metadata": {"name": "gemma"}})
+    with pytest.raises(ValueError, match="no namespace"):
+        children.service(orphan, UID)
+
+
+def test_deployment_leaves_replicas_to_the_replica_manager() -> None:
+    dep = children.deployment(md({"replicas": {"min": 2, "max": 4}}), UID)
+    assert "replicas" not in dep["spec"]
+    patch = children.replicas_patch(md(), 3)
+    assert patch["spec"] == {"replicas": 3} and patch["metadata"] == {"name": "gemma", "namespace": "team-a"}
+    with pytest.raises(ValueError, match="must not be negative"):
+        children.replicas_patch(md(), -1)
+
+
+def test_engine_container_probes_drain_and_grace() -> None:
+    container = engine_container(md())
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # a model load may take minutes
+    command = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:2] == ["python", "-c"]
+    compile(command[2], "preStop", "exec")  # the hook is valid Python
+    assert "/admin/drain?wait_seconds=60" in command[2] and "PAGED_ADMIN_TOKEN" in command[2]
+    pod = children.deployment(md(), UID)["spec"]["template"]["spec"]
+    # The grace period covers the drain wait plus the engine's own shutdown.
+    assert pod["terminationGracePeriodSeconds"] > children.DRAIN_WAIT_S + children.SHUTDOWN_GRACE_S
+
+
+def test_engine_args_parse_with_the_engine_cli_after_expansion() -> None:
+    obj = md(
+        {
+            "engine": {"maxModelLen": 1024, "kvCacheMemory": "64Mi", "blockSize": 32, "extraArgs": ["--seed", "7"]},
+            "schedulerBudget": {"maxNumSeqs": 12, "maxNumBatchedTokens": 512},
+        }
+    )
+    container = engine_container(obj)
+    assert container["command"] == ["paged-engine"]
+    data = children.config_map(obj, UID, children.config_map_budgets(obj, None))["data"]
+    env = {
+        children.SEQS_ENV: data[children.SEQS_KEY],
+        children.TOKENS_ENV: data[children.TOKENS_KEY],
+    }
+    args = build_parser().parse_args(expand(container["args"], env))
+    assert (args.model, args.host, args.port) == ("default", "0.0.0.0", children.ENGINE_PORT)
+    assert (args.max_num_seqs, args.max_num_batched_tokens) == (12, 512)
+    assert (args.max_model_len, args.kv_cache_memory, args.block_size, args.seed) == (1024, 64 * 2**20, 32, 7)
+    assert args.served_model_name == "gemma-3-270m"
+    refs = {e["name"]: e["valueFrom"] for e in container["env"]}
+    assert refs["PAGED_ADMIN_TOKEN"] == {"secretKeyRef": {"name": "gemma-admin-token", "key": "token"}}
+    assert refs[children.SEQS_ENV] == {"configMapKeyRef": {"name": "gemma-engine", "key": "maxNumSeqs"}}
+
+
+def test_resources_gpus_scheduling_and_rollout_follow_the_spec() -> None:
+    obj = md(
+        {
+            "resources": {
+                "cpu": "4",
+                "memory": "8Gi",
+                "gpus": 1,
+                "nodeSelector": {"pool": "gpu"},
+                "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+            "rollout": {"maxSurge": "25%", "maxUnavailable": 1},
+        }
+    )
+    dep = children.deployment(obj, UID)
+    pod = dep["spec"]["template"]["spec"]
+    resources = pod["containers"][0]["resources"]
+    assert resources == {
+        "requests": {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"},
+        "limits": {"memory": "8Gi", "nvidia.com/gpu": "1"},
+    }
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": "25%", "maxUnavailable": 1}
+
+
+def test_model_volumes() -> None:
+    path_model = md({"model": {"name": "/models/qwen", "volume": {"claimName": "weights"}}})
+    pod = children.deployment(path_model, UID)["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "model", "mountPath": "/models", "readOnly": True}]
+    hub = md({"model": {"name": "Qwen/Qwen2.5-0.5B"}})
+    pod = children.deployment(hub, UID)["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "model", "emptyDir": {}}]
+    assert {"name": "HF_HOME", "value": "/models/.cache/huggingface"} in pod["containers"][0]["env"]
+    assert "volumes" not in children.deployment(md(), UID)["spec"]["template"]["spec"]
+
+
+def test_service_pdb_and_endpoint() -> None:
+    obj = md({"service": {"port": 9000, "type": "NodePort"}})
+    svc = children.service(obj, UID)
+    assert svc["spec"]["type"] == "NodePort"
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 9000, "targetPort": "http"}]
+    assert svc["spec"]["selector"] == {children.MODEL_DEPLOYMENT_LABEL: "gemma"}
+    pdb = children.pod_disruption_budget(obj, UID)
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": svc["spec"]["selector"]}}
+    assert children.endpoint(obj) == "http://gemma.team-a.svc:9000/v1"
+    assert children.selector_string(obj) == "paged.dev/model-deployment=gemma"
+
+
+def test_config_map_records_budgets_and_engine_config() -> None:
+    obj = md()
+    cm = children.config_map(obj, UID, Budgets(32, 1024))
+    assert cm["data"]["maxNumSeqs"] == "32" and cm["data"]["maxNumBatchedTokens"] == "1024"
+    assert json.loads(cm["data"]["engine.json"])["budgets"] == {"maxNumSeqs": 32, "maxNumBatchedTokens": 1024}
+    assert cm["metadata"]["annotations"] == {children.SPEC_BUDGET_ANNOTATION: "64/2048"}
+    assert children.budgets_from_config_map(cm["data"]) == Budgets(32, 1024)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [None, {}, {"maxNumSeqs": "x", "maxNumBatchedTokens": "2"}, {"maxNumSeqs": "64", "maxNumBatchedTokens": "8"}],
+)
+def test_unreadable_config_map_budgets_are_none(data: dict[str, str] | None) -> None:
+    assert children.budgets_from_config_map(data) is None
+
+
+ADAPTIVE = {
+    "schedulerBudget": {
+        "maxNumSeqs": 16,
+        "maxNumBatchedTokens": 1024,
+        "adaptive": {
+            "enabled": True,
+            "maxNumSeqs": {"min": 4, "max": 48},
+            "maxNumBatchedTokens": {"min": 256, "max": 4096},
+        },
+    }
+}
+
+
+def test_config_map_budgets_keep_tuned_values_until_the_spec_budget_changes() -> None:
+    obj = md(ADAPTIVE)
+    assert children.config_map_budgets(obj, None) == Budgets(16, 1024)
+    tuned = children.config_map(obj, UID, Budgets(40, 2048))
+    assert children.config_map_budgets(obj, tuned) == Budgets(40, 2048)
+    # Tighter bounds clamp the tuned value.
+    tighter = md({**ADAPTIVE, "schedulerBudget": {**ADAPTIVE["schedulerBudget"], "adaptive": {
+        "enabled": True, "maxNumSeqs": {"min": 4, "max": 32}, "maxNumBatchedTokens": {"min": 256, "max": 4096}}}})  # fmt: skip
+    assert children.config_map_budgets(tighter, tuned) == Budgets(32, 2048)
+    # The user set a new static budget: it wins over the tuned one.
+    changed = md({**ADAPTIVE, "schedulerBudget": {**ADAPTIVE["schedulerBudget"], "maxNumSeqs": 8}})
+    assert children.config_map_budgets(changed, tuned) == Budgets(8, 1024)
+    # Without the tuner the spec's budget is always the one.
+    assert children.config_map_budgets(md(), children.config_map(md(), UID, Budgets(40, 2048))) == Budgets(64, 2048)
+
+
+def test_admin_secret_needs_a_real_token() -> None:
+    secret = children.admin_secret(md(), UID, "t" * 32)
+    assert secret["stringData"] == {"token": "t" * 32} and secret["metadata"]["name"] == "gemma-admin-token"
+    with pytest.raises(ValueError, match="at least 16 characters, got 4"):
+        children.admin_secret(md(), UID, "abcd")
