@@ -60,7 +60,7 @@ def test_every_child_is_owned_by_the_model_deployment_and_labelled() -> None:
 
 
 def test_owner_without_uid_or_namespace_is_refused() -> None:
-    with pytest.raises(ValueError, match="no metadata.uid"):
+    with pytest.raises(ValueError, match=r"no metadata\.uid"):
         children.service(md(), "")
     orphan = ModelDeployment.model_validate({"metadata": {"name": "gemma"}})
     with pytest.raises(ValueError, match="no namespace"):
@@ -200,8 +200,8 @@ def test_config_map_budgets_keep_tuned_values_until_the_spec_budget_changes() ->
     tuned = children.config_map(obj, UID, Budgets(40, 2048))
     assert children.config_map_budgets(obj, tuned) == Budgets(40, 2048)
     # Tighter bounds clamp the tuned value.
-    tighter = md({**ADAPTIVE, "schedulerBudget": {**ADAPTIVE["schedulerBudget"], "adaptive": {
-        "enabled": True, "maxNumSeqs": {"min": 4, "max": 32}, "maxNumBatchedTokens": {"min": 256, "max": 4096}}}})  # fmt: skip
+    bounds = {"enabled": True, "maxNumSeqs": {"min": 4, "max": 32}, "maxNumBatchedTokens": {"min": 256, "max": 4096}}
+    tighter = md({"schedulerBudget": {**ADAPTIVE["schedulerBudget"], "adaptive": bounds}})
     assert children.config_map_budgets(tighter, tuned) == Budgets(32, 2048)
     # The user set a new static budget: it wins over the tuned one.
     changed = md({**ADAPTIVE, "schedulerBudget": {**ADAPTIVE["schedulerBudget"], "maxNumSeqs": 8}})
