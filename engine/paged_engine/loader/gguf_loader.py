@@ -191,7 +191,9 @@ def convert_gguf(
             array = _unpermute_qk(array, heads if "attn_q" in tensor.name else kv_heads)
         if arch == "gemma3" and tensor.name.endswith("norm.weight"):
             array = array - 1.0
-        tensors[name] = torch.from_numpy(np.ascontiguousarray(array))
+        if not array.flags.writeable or not array.flags.c_contiguous:  # F32 tensors are views of the mmap
+            array = np.array(array, order="C")
+        tensors[name] = torch.from_numpy(array)
         done_bytes += int(tensor.n_bytes)
         if index % 40 == 0 or index == len(reader.tensors):
             logger.info(
@@ -222,6 +224,17 @@ def convert_gguf(
     logger.info("wrote %s (%.1f MiB) in %.1f s", out_dir, size / 2**20, time.perf_counter() - start)
 
 
+def _add_tokenizer(gguf_path: Path, out_dir: Path, write_tokenizer: Callable[[Path, Path], None]) -> None:
+    """Complete a cached folder converted without a tokenizer (files staged, then moved in one by one)."""
+    staging = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=out_dir.parent))
+    try:
+        write_tokenizer(gguf_path, staging)
+        for file in sorted(staging.iterdir(), key=lambda f: f.name == "tokenizer.json"):  # tokenizer.json last
+            file.replace(out_dir / file.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def gguf_to_hf_folder(
     gguf_path: str | Path,
     sha256: str | None = None,
@@ -236,6 +249,8 @@ def gguf_to_hf_folder(
     out_dir = cache_root() / f"{path.stem}-{digest[:16]}"
     if (out_dir / "config.json").is_file() and (out_dir / "model.safetensors").is_file():
         logger.info("using cached conversion %s", out_dir)
+        if write_tokenizer is not None and not (out_dir / "tokenizer.json").is_file():
+            _add_tokenizer(path, out_dir, write_tokenizer)
         return out_dir
     convert_gguf(path, out_dir, write_tokenizer)
     return out_dir

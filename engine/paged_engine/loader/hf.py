@@ -34,7 +34,10 @@ def load_hf_config(folder: str | Path) -> Any:
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ModelLoadError(f"model config not found: {config_file}")
-    return AutoConfig.from_pretrained(str(path))
+    try:
+        return AutoConfig.from_pretrained(str(path))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read model config {config_file}: {exc}") from exc
 
 
 def safetensors_files(folder: str | Path) -> list[Path]:
@@ -63,8 +66,8 @@ def load_hf_model(
 ) -> tuple[DecoderForCausalLM, Any]:
     """Build the model named by ``folder/config.json`` and fill it from the folder's safetensors shards."""
     start = time.perf_counter()
-    config = load_hf_config(folder)
     files = safetensors_files(folder)
+    config = load_hf_config(folder)
     model = build_model(config, dtype=dtype, device=device)
     try:
         model.load_weights(iter_safetensors(files))
