@@ -349,3 +349,19 @@ def test_abort_waiting_request_and_fork_parent_before_fork():
     assert out.finished_req_ids == {"p"}  # w never reached the runner
     assert scheduler.kv.usage == 0.0 and not runner.states
     scheduler.add_request(new_request("p-0", [1]))  # the reserved child ids are free again
+
+
+def test_abort_between_schedule_and_update_is_skipped_and_reported_next_step():
+    scheduler = make_scheduler(block_size=BS)
+    runner = FakeRunner(scheduler.kv.config)
+    scheduler.add_request(new_request("a", [1, 2, 3]))
+    scheduler.add_request(new_request("b", [4, 5, 6]))
+    out = scheduler.schedule()
+    (aborted,) = scheduler.abort(["a"])  # the runner is already executing this step
+    assert aborted.finish_reason is FinishReason.ABORT
+    result = scheduler.update_from_output(out, runner.execute(out))
+    assert [o.req_id for o in result.outputs] == ["b"]
+    out, _ = step(scheduler, runner)
+    assert out.finished_req_ids == {"a"} and "a" not in runner.states
+    run_until_done(scheduler, runner)
+    assert scheduler.kv.usage == 0.0
