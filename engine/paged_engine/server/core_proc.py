@@ -7,6 +7,7 @@ Everything that needs text (tokenising, detokenising, stop strings) stays in the
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import queue
@@ -156,6 +157,9 @@ def run_engine_core(config: CoreConfig) -> None:
         outbound.send(ipc.encode(ipc.CoreFailed(f"{type(exc).__name__}: {exc}")))
         outbound.close(linger=2000)
         os._exit(1)
+    # Everything loaded so far lives for the whole process: keep the cyclic GC from rescanning it every step.
+    gc.collect()
+    gc.freeze()
     outbound.send(ipc.encode(ipc.CoreReady(engine.info())))
 
     inbox: queue.Queue[ipc.ToCore] = queue.Queue()
