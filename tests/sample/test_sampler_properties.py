@@ -6,10 +6,12 @@ The reference below is a deliberately naive per-row implementation of the same d
 
 from __future__ import annotations
 
+from unittest import mock
+
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from paged_engine.sample import Sampler, SamplingMetadata, SamplingRow
+from paged_engine.sample import Sampler, SamplingMetadata, SamplingRow, random_sampling
 from paged_engine.sampling_params import SamplingParams
 
 VOCAB = 24
@@ -80,8 +82,10 @@ row_strategy = st.tuples(
 
 
 @settings(max_examples=120, deadline=None)
-@given(rows=st.lists(row_strategy, min_size=1, max_size=6), seed=st.integers(0, 2**16))
-def test_every_row_samples_inside_its_own_support(rows, seed: int):
+@given(
+    rows=st.lists(row_strategy, min_size=1, max_size=6), seed=st.integers(0, 2**16), head=st.sampled_from([2, 5, 1024])
+)
+def test_every_row_samples_inside_its_own_support(rows, seed: int, head: int):
     torch.manual_seed(seed)
     logits = torch.randn(len(rows), VOCAB) * 3
     sampling_rows = []
@@ -92,7 +96,8 @@ def test_every_row_samples_inside_its_own_support(rows, seed: int):
     # A request can ban every token it allows (allow-list inside the min_tokens ban): nothing to check then.
     assume(all(reference_logits(logits[i], row).isfinite().any() for i, row in enumerate(sampling_rows)))
     metadata = SamplingMetadata.build(sampling_rows, vocab_size=VOCAB, eos_token_ids=[EOS])
-    tokens = Sampler()(logits.clone(), metadata).sampled_token_ids.tolist()
+    with mock.patch.object(random_sampling, "HEAD_SIZE", head):  # small heads exercise the tail paths
+        tokens = Sampler()(logits.clone(), metadata).sampled_token_ids.tolist()
     for i, row in enumerate(sampling_rows):
         processed = reference_logits(logits[i], row)
         if row.greedy:
