@@ -114,9 +114,13 @@ class TorchReferenceBackend(AttentionBackend):
         # [S, kv_heads, L, d]
         keys = key_cache[table].view(num_seqs, num_keys, num_kv_heads, head_dim).transpose(1, 2)
         values = value_cache[table].view(num_seqs, num_keys, num_kv_heads, head_dim).transpose(1, 2)
-        padded = query.new_zeros(num_seqs, layout.max_query_len, num_heads, head_dim)
-        padded[layout.seq_index, layout.row_index] = query
-        queries = padded.transpose(1, 2)  # [S, heads, Qmax, d]
+        decode_only = layout.max_query_len == 1  # one query per sequence: no padding needed
+        if decode_only:
+            queries = query.view(num_seqs, 1, num_heads, head_dim).transpose(1, 2)
+        else:
+            padded = query.new_zeros(num_seqs, layout.max_query_len, num_heads, head_dim)
+            padded[layout.seq_index, layout.row_index] = query
+            queries = padded.transpose(1, 2)  # [S, heads, Qmax, d]
         mask = self._mask(layout, num_keys, sliding_window)
         if logits_soft_cap > 0.0:
             result = _soft_capped_attention(queries, keys, values, mask, scale, logits_soft_cap)
@@ -124,7 +128,10 @@ class TorchReferenceBackend(AttentionBackend):
             result = F.scaled_dot_product_attention(
                 queries, keys, values, attn_mask=mask, scale=scale, enable_gqa=num_heads != num_kv_heads
             )
-        out.copy_(result.transpose(1, 2)[layout.seq_index, layout.row_index])
+        if decode_only:
+            out.copy_(result.transpose(1, 2).reshape(num_seqs, num_heads, head_dim))
+        else:
+            out.copy_(result.transpose(1, 2)[layout.seq_index, layout.row_index])
 
 
 def _soft_capped_attention(

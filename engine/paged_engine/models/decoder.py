@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from paged_engine.attention.backend import AttentionMetadata
@@ -145,7 +144,9 @@ class DecoderForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, vocab]`` in fp32 for already-selected hidden rows (only rows that sample)."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        logits = F.linear(hidden, weight).float()
+        # ``weight @ hidden.T`` streams the [vocab, hidden] matrix once against a small right-hand side, which
+        # BLAS runs markedly faster than the skinny ``hidden @ weight.T`` (few rows, 262,144 columns for Gemma).
+        logits = torch.mm(weight, hidden.T).T.float().contiguous()
         cap = self.spec.final_logit_softcap
         if cap > 0.0:
             logits = torch.tanh(logits / cap) * cap
