@@ -12,7 +12,8 @@ signal with a tolerance band and asymmetric stabilisation windows, and Knative's
   enough to hurt users.
 * **Missing pods are not idle pods.** Per-replica values are means over the pods that answered,
   scaled to the ready count. When too few answered (``FleetView.degraded``) it may scale up
-  but never down, since a partial view can hide load, not invent it.
+  but never down, since a partial view can hide load, not invent it. Nor does it scale down
+  while requests wait above target (a backlog is unmet demand, whatever KV usage says).
 * **Credit for starting pods.** Capacity is ``ready + starting``: a pod that is booting will take
   its share soon, so demand must exceed it before another pod is added (no overshoot while a
   multi-minute model load is in progress).
@@ -344,6 +345,10 @@ def decide(
     if degraded and target < capacity:
         target = capacity
         notes.append(f"only {view.reporting}/{ready} replicas reported: no scale-down")
+    if target < capacity and view.waiting_per_replica > spec.target_waiting_per_replica:
+        # Unserved requests: removing capacity would hand queued work to fewer engines.
+        target = capacity
+        notes.append("requests waiting above target: no scale-down")
     if floor is not None and target < min(capacity, floor):
         target = min(capacity, floor)
         notes.append(f"a scale-down below {floor} was undone recently: held at {target}")

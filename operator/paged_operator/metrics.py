@@ -124,7 +124,7 @@ class EngineSample:
     prefix_hits_total: float | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
-    finished_total: float | None = None  # all finished_reason values summed
+    finished_total: float | None = None  # served requests: every finished_reason except "abort"
     ttft: Histogram | None = None
     itl: Histogram | None = None
     max_num_seqs: int | None = None
@@ -162,7 +162,13 @@ def add_series(
     labels: Mapping[str, str],
     value: float,
 ) -> None:
-    """Fold one series value into the per-name accumulators; names the operator does not use are ignored."""
+    """Fold one series value into the per-name accumulators; names the operator does not use are ignored.
+
+    Aborted requests (``finished_reason="abort"``, mostly clients giving up while queued) are not
+    counted as finished: they were not served, and completions measure what a replica serves.
+    """
+    if name == FINISHED and labels.get("finished_reason") == "abort":
+        return
     if name in SCALAR_SERIES:
         # KV usage is one block pool per engine: several series (models) mean the fullest one counts.
         scalars[name] = max(scalars.get(name, 0.0), value) if name == KV_USAGE else scalars.get(name, 0.0) + value

@@ -64,6 +64,7 @@ paged_generation_tokens_total{{{m}}} 16000.0
 # TYPE paged_request_success_total counter
 paged_request_success_total{{finished_reason="stop",{m}}} 90.0
 paged_request_success_total{{finished_reason="length",{m}}} 10.0
+paged_request_success_total{{finished_reason="abort",{m}}} 7.0
 # HELP paged_time_to_first_token_seconds Time to first token.
 # TYPE paged_time_to_first_token_seconds histogram
 {buckets}

@@ -2,7 +2,8 @@
 
 The model is a fluid one (fractional requests), stepped once per simulated second:
 
-* Arrivals (requests/s from the trace) are split evenly over the *ready* pods' waiting queues.
+* Arrivals (requests/s from the trace) are split evenly over the *ready* pods' waiting queues;
+  queued clients give up after ``patience_s`` on average (aborted, not served, not counted as finished).
 * The scheduler admits waiting requests up to ``max_num_seqs``. Only ``kv_capacity_seqs`` sequences
   fit in a pod's KV cache; the rest are preempted back to the queue every step (the preemption
   counter counts them) and the re-prefill wastes time, so a budget above the KV capacity thrashes.
@@ -40,6 +41,7 @@ class FleetModel:
     step_base_s: float = 0.02
     step_per_seq_s: float = 0.0005
     start_delay_s: float = 90.0
+    patience_s: float = 180.0  # mean time a queued client waits before giving up (aborts are not served)
     noise: float = 0.0  # relative arrival noise (seeded), 0 for a fluid trace
 
     def completions_per_s(self, running: float, preempted: float) -> float:
@@ -182,7 +184,8 @@ def simulate(
 
 
 def _step(model: FleetModel, pod: Pod) -> None:
-    """One second of one engine: admit up to the budget, preempt what does not fit, complete some."""
+    """One second of one engine: clients give up, admit up to the budget, preempt what does not fit, complete some."""
+    pod.waiting -= pod.waiting / model.patience_s
     admit = min(pod.waiting, max(0.0, pod.budgets.max_num_seqs - pod.running))
     pod.running += admit
     pod.waiting -= admit

@@ -176,8 +176,9 @@ def test_fleet_view_degraded_and_argument_checks() -> None:
         fleet_view(w, [sample("a", 0)], ready=1, now=0, rate_window_s=30, min_reporting_fraction=0)
 
 
-def test_finished_requests_sum_over_reasons() -> None:
-    assert parse_exposition(exposition(), pod="p", time=1.0).finished_total == 100  # stop 90 + length 10
+def test_finished_requests_sum_served_reasons() -> None:
+    # stop 90 + length 10; the 7 aborted (clients gone while queued) were not served
+    assert parse_exposition(exposition(), pod="p", time=1.0).finished_total == 100
 
 
 def test_arrival_and_completion_rates_from_the_last_interval() -> None:
