@@ -133,3 +133,19 @@ def test_bad_input_is_refused_and_others_unaffected(gemma_folder, gemma_expected
     with pytest.raises(RequestValidationError, match="max_model_len"):
         llm.generate([prompts()[0], [5] * 200], GREEDY)
     assert not engine.has_unfinished_requests()
+
+
+def test_prompt_logprobs_match_transformers(gemma_folder):
+    from transformers import AutoModelForCausalLM
+
+    prompt = prompts()[3]
+    llm = make_llm(gemma_folder, enable_prefix_caching=False, max_num_batched_tokens=7)
+    params = SamplingParams(temperature=0.0, max_tokens=2, prompt_logprobs=2)
+    out = llm.generate(prompt, params)[0]
+    assert len(out.prompt_logprobs) == len(prompt) and out.prompt_logprobs[0] is None
+    hf = AutoModelForCausalLM.from_pretrained(gemma_folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        reference = torch.log_softmax(hf(torch.tensor([prompt])).logits[0], dim=-1)
+    for j, entry in enumerate(out.prompt_logprobs[1:], start=1):
+        assert entry.token_ids[0] == prompt[j] and len(entry.token_ids) == 3
+        torch.testing.assert_close(torch.tensor(entry.logprobs), reference[j - 1, entry.token_ids], atol=1e-4, rtol=0)

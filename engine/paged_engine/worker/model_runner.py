@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
-from paged_engine.core.outputs import ModelRunnerOutput, SchedulerOutput
+from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, SchedulerOutput
 from paged_engine.models.decoder import DecoderForCausalLM
-from paged_engine.sample import Sampler, SamplingMetadata
+from paged_engine.sample import Sampler, SamplingMetadata, prompt_logprobs
 from paged_engine.worker.input_batch import InputBatch
 from paged_engine.worker.kv_cache import KVCachePlan, allocate_kv_caches
 
@@ -30,6 +30,12 @@ class StepInputs:
     req_ids: list[str]
     logits_indices: torch.Tensor  # flat token rows whose logits are needed
     sample_rows: np.ndarray  # batch rows of the requests that sample this step
+    query_start_loc: np.ndarray
+    positions_np: np.ndarray
+
+
+# Rows of prompt logits materialised at once for prompt logprobs (each row is a vocabulary-wide softmax).
+PROMPT_LOGPROBS_CHUNK = 256
 
 
 class ModelRunner:
@@ -54,11 +60,16 @@ class ModelRunner:
         self.kv_caches = allocate_kv_caches(model, plan, dtype, self.device)
         for layer in model.attention_layers:
             layer.backend = backend
+        # req_id -> prompt positions whose logprobs were reported; survives preemption so recompute does not
+        # report them twice
+        self._prompt_logprobs_done: dict[str, int] = {}
         self.batch = InputBatch(max_num_reqs, max_model_len, self.block_size, len(plan.config.groups), str(device))
 
     # --- state updates ------------------------------------------------------------------------------------
 
     def _update_states(self, out: SchedulerOutput) -> None:
+        for req_id in out.finished_req_ids:
+            self._prompt_logprobs_done.pop(req_id, None)
         for req_id in (*out.finished_req_ids, *out.preempted_req_ids):
             self.batch.remove_request(req_id)
         for new in out.new_requests:
@@ -116,6 +127,8 @@ class ModelRunner:
             req_ids=req_ids,
             logits_indices=torch.from_numpy(query_start_loc[1:][sampling] - 1).to(self.device),
             sample_rows=rows[sampling],
+            query_start_loc=query_start_loc,
+            positions_np=positions,
         )
 
     # --- the step -----------------------------------------------------------------------------------------
@@ -130,6 +143,7 @@ class ModelRunner:
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.metadata)
         for req_id in inputs.req_ids:
             result.sampled_token_ids[req_id] = []
+        self._prompt_logprobs(inputs, hidden, result)
         if len(inputs.sample_rows) == 0:
             return result
         logits = self.model.compute_logits(hidden[inputs.logits_indices])
@@ -146,3 +160,29 @@ class ModelRunner:
             if row_logprobs is not None:
                 result.logprobs[state.req_id] = [row_logprobs]
         return result
+
+    def _prompt_logprobs(self, inputs: StepInputs, hidden: torch.Tensor, result: ModelRunnerOutput) -> None:
+        """Logprobs of the prompt tokens this step's chunks predict, for requests that asked. Entry ``j`` of a
+        request's list is token ``j``'s logprob given the tokens before it; token 0 has none (``None``)."""
+        batch = self.batch
+        for i, req_id in enumerate(inputs.req_ids):
+            row = batch.rows[req_id]
+            state = batch.states[row]
+            assert state is not None
+            num = state.sampling.params.prompt_logprobs
+            if num is None:
+                continue
+            first = int(inputs.positions_np[inputs.query_start_loc[i]])
+            last = int(inputs.positions_np[inputs.query_start_loc[i + 1] - 1])
+            done = self._prompt_logprobs_done.get(req_id, 0)
+            start, end = max(first, done), min(last + 1, state.num_prompt_tokens - 1)  # positions predicting p + 1
+            entries: list[Logprobs | None] = [None] if first == 0 and done == 0 else []
+            for chunk in range(start, end, PROMPT_LOGPROBS_CHUNK):
+                positions = np.arange(chunk, min(chunk + PROMPT_LOGPROBS_CHUNK, end))
+                flat = torch.from_numpy(inputs.query_start_loc[i] + positions - first).to(self.device)
+                targets = torch.from_numpy(batch.token_ids[row, positions + 1]).to(self.device)
+                tensors = prompt_logprobs(self.model.compute_logits(hidden[flat]), targets, num)
+                entries.extend(tensors.row(j, num) for j in range(len(positions)))
+            if entries:
+                result.prompt_logprobs[req_id] = entries
+            self._prompt_logprobs_done[req_id] = max(done, end, 1 if first == 0 else 0)
