@@ -221,6 +221,13 @@ def test_degraded_view_does_not_scale_down() -> None:
     assert ds[0].desired == 6  # scale-up still allowed on partial data
 
 
+def test_no_scale_down_while_requests_wait() -> None:
+    spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "stabilization_window_down_s": 0})
+    idle_but_queued = {"kv": 0.1, "waiting": 6.0, "arrival": 1.0, "completion": 4.0}  # few arrivals, queue above target
+    (d,) = run(spec, [idle_but_queued], ready=4)
+    assert d.desired == 4 and "requests waiting above target: no scale-down" in d.reason
+
+
 def test_dry_run_is_marked() -> None:
     (d,) = run(AutoscalingPolicySpec(**{**SPEC.__dict__, "dry_run": True}), [{"kv": 0.93}], ready=3)
     assert d.dry_run and d.reason.startswith("dry-run: ") and d.desired == 4
