@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_engine.sample import Sampler, SamplingMetadata, SamplingRow, prompt_logprobs
+from paged_engine.sample import Sampler, SamplingMetadata, SamplingRow, prompt_logprobs, truncation
 from paged_engine.sample.logits_processing import process_logits
-from paged_engine.sample.truncation import apply_top_p_sorting
+from paged_engine.sample.truncation import apply_top_p
 from paged_engine.sampling_params import SamplingParams
 
 VOCAB = 32
@@ -148,14 +148,16 @@ def test_prompt_logprobs_helper():
         prompt_logprobs(logits, next_tokens[:3], 2)
 
 
-def test_top_p_sorting_matches_reference():
+@pytest.mark.parametrize("wide_head", [16, 16384])  # 16: most rows' nuclei exceed it and get sorted
+def test_top_p_matches_reference(wide_head: int, monkeypatch):
+    monkeypatch.setattr(truncation, "WIDE_HEAD_SIZE", wide_head)
     vocab = 300
     gen = torch.Generator().manual_seed(vocab)
     logits = torch.cat([torch.randn(4, vocab, generator=gen) * 8, torch.randn(4, vocab, generator=gen) * 0.1])
     top_p = torch.tensor([0.5, 0.9, 0.99, 1.0] * 2)
     probs = torch.softmax(logits, dim=-1)
     ours = probs.clone()
-    apply_top_p_sorting(ours, top_p)
+    apply_top_p(ours, top_p)
     for i in range(probs.shape[0]):
         ordered, index = torch.sort(probs[i], descending=True)
         keep = vocab if top_p[i] == 1.0 else int(((ordered.cumsum(0) - ordered) < top_p[i]).sum().clamp_min(1))

@@ -12,7 +12,7 @@ touched when the head provably cannot decide:
   the row). If top-p's nucleus or min-p's threshold excludes everything past the head, the row races within
   the head. Without truncation, the row first picks head or tail with their true masses, then races within
   the chosen part, which is the same distribution. Only rows whose truncation keeps part of the tail fall
-  back to the full-vocabulary path (a full sort for top-p).
+  back to the full-vocabulary path (where top-p looks in a wider head before sorting a row).
 
 Which path a row takes, and so how many random numbers it draws, depends only on its own parameters and
 logits: a seeded row draws from its own generator and reproduces whatever else is in the batch.
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from paged_engine.sample.truncation import apply_min_p, apply_top_p_sorting, nucleus_threshold
+from paged_engine.sample.truncation import apply_min_p, apply_top_p, nucleus_threshold
 
 HEAD_SIZE = 1024
 
@@ -147,7 +147,7 @@ def _sample_by_head(logits: torch.Tensor, rows: RandomRows) -> torch.Tensor:
         if bool(tail_only.any()):  # two-stage rows that chose the tail: the head is out of the race
             probs[tail_only] = probs[tail_only].scatter_(1, head_ids[full_rows][tail_only], 0.0)
         if sub.top_p is not None:
-            apply_top_p_sorting(probs, sub.top_p)
+            apply_top_p(probs, sub.top_p)
         if sub.min_p is not None:
             apply_min_p(probs, sub.min_p)
         sampled[full_rows] = _race(probs, sub.generators)

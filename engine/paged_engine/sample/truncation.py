@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+WIDE_HEAD_SIZE = 16384
+
 
 def nucleus_threshold(
     sorted_probs: torch.Tensor, top_p: torch.Tensor, cumulative: torch.Tensor | None = None
@@ -24,18 +26,25 @@ def nucleus_threshold(
     return sorted_probs.gather(1, (keep - 1).unsqueeze(1))
 
 
-def apply_top_p_sorting(probs: torch.Tensor, top_p: torch.Tensor) -> None:
-    """Zero, in place, probabilities outside each row's nucleus, by a full sort of the rows with top_p < 1.
+def apply_top_p(probs: torch.Tensor, top_p: torch.Tensor) -> None:
+    """Zero, in place, probabilities outside each row's nucleus (rows with top_p < 1 only).
 
-    ``probs`` need not be normalized: the nucleus is taken relative to each row's total.
+    ``probs`` need not be normalized: the nucleus is taken relative to each row's total. The nucleus is first
+    looked for in the row's top ``WIDE_HEAD_SIZE`` (a partial ``topk``, several times cheaper than sorting the
+    row); only rows whose nucleus is wider still are fully sorted.
     """
     rows = (top_p < 1.0).nonzero().squeeze(1)
     if rows.numel() == 0:
         return
-    ordered = torch.sort(probs[rows], dim=-1, descending=True).values
-    cumulative = ordered.cumsum(dim=-1)
-    threshold = nucleus_threshold(ordered, top_p[rows] * cumulative[:, -1], cumulative)
     sub = probs[rows]
+    target = top_p[rows] * sub.sum(dim=-1)
+    head = torch.topk(sub, min(WIDE_HEAD_SIZE, sub.shape[-1]), dim=-1, sorted=True).values
+    cumulative = head.cumsum(dim=-1)
+    threshold = nucleus_threshold(head, target, cumulative)
+    wider = (cumulative[:, -1] < target).nonzero().squeeze(1)
+    if head.shape[-1] < sub.shape[-1] and wider.numel():
+        ordered = torch.sort(sub[wider], dim=-1, descending=True).values
+        threshold[wider] = nucleus_threshold(ordered, target[wider])
     probs[rows] = sub.masked_fill_(sub < threshold, 0.0)
 
 
