@@ -29,8 +29,9 @@ RESOURCE_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-
 
 
 def _sub(model: type[ApiModel]) -> Any:
-    """A nested object defaulted to its own defaults; `default: {}` lets the API server fill it in too."""
-    return Field(default_factory=model, json_schema_extra={"default": {}})
+    """A nested object defaulted to its own defaults, spelled out in the schema too: the API server checks a
+    default against the object's CEL rules without filling in the nested defaults first, so `{}` is refused."""
+    return Field(default_factory=model, json_schema_extra={"default": model().to_wire()})
 
 
 class ModelVolume(ApiModel):
