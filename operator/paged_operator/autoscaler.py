@@ -200,6 +200,7 @@ def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int, st
     Preemptions are not proportional to missing capacity (they vanish once sequences fit), and while
     pods are starting they are expected on the pods carrying the load: so with pods starting their
     demand is capped at ready + starting (the credit), otherwise it is proportional and step-limited.
+    TTFT gets the same cap: it includes queueing time, which grows while the new pods load.
     """
     usage_target = spec.target_kv_usage
     signals = [
@@ -222,7 +223,10 @@ def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int, st
         )
     if spec.ttft_p95_slo_s is not None and view.ttft_p95_s is not None:
         slo = spec.ttft_p95_slo_s
-        signals.append(Signal("ttft_p95_seconds", view.ttft_p95_s, slo, ready * view.ttft_p95_s / slo))
+        demand = ready * view.ttft_p95_s / slo
+        signals.append(
+            Signal("ttft_p95_seconds", view.ttft_p95_s, slo, min(demand, ready + starting) if starting else demand)
+        )
     return tuple(signals)
 
 

@@ -85,10 +85,12 @@ def test_seq_budget_usage_signal() -> None:
     assert signals["kv_cache_usage"].demand == pytest.approx(3 * 0.36 / 0.75)
 
 
-def test_preemption_demand_is_capped_while_pods_start() -> None:
-    v = view(ready=2, preempt=5.0)
-    assert next(s.demand for s in compute_signals(SPEC, v, 2) if s.name == "preemption_rate") == 20
-    assert next(s.demand for s in compute_signals(SPEC, v, 2, starting=1) if s.name == "preemption_rate") == 3
+def test_preemption_and_ttft_demand_are_capped_while_pods_start() -> None:
+    spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "ttft_p95_slo_s": 0.5})
+    v = view(ready=2, preempt=5.0, ttft=3.0)
+    for name, free in (("preemption_rate", 20), ("ttft_p95_seconds", 12)):
+        assert next(s.demand for s in compute_signals(spec, v, 2) if s.name == name) == free
+        assert next(s.demand for s in compute_signals(spec, v, 2, starting=1) if s.name == name) == 3
 
 
 def test_ttft_signal_only_with_an_slo() -> None:
