@@ -29,14 +29,11 @@ def pod_sample(pod: str, t: float, *, kv: float, waiting: float = 0, preempted: 
     )
 
 
-def rounds(spec: ControllerSpec, state: ControllerState, obs: list[Observation]):
+def rounds(spec: ControllerSpec, state: ControllerState, observations: list[Observation]):
+    """Decide on each observation in turn; the plans and the final state."""
     plans = []
-    for o in obs:
-        plan, state = decide(
-            spec,
-            state,
-            o,
-        )
+    for o in observations:
+        plan, state = decide(spec, state, o)
         plans.append(plan)
     return plans, state
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -109,8 +110,7 @@ def test_histogram_validation() -> None:
 
 
 def sample(pod: str, t: float, **kw: float) -> EngineSample:
-    fields = {"kv_usage": 0.5, "running": 4.0, "waiting": 0.0, "preemptions_total": 0.0} | kw
-    return EngineSample(time=t, pod=pod, **fields)  # type: ignore[arg-type]
+    return replace(EngineSample(time=t, pod=pod, kv_usage=0.5, running=4.0, waiting=0.0, preemptions_total=0.0), **kw)
 
 
 def test_window_forgets_old_samples_and_gone_pods() -> None:
