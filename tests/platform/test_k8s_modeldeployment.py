@@ -1,0 +1,243 @@
+"""The generated CRD and paged-ctl against a real kube-apiserver (the test bed's control plane).
+
+The server must refuse what the pydantic types refuse, with the same messages; its defaulting must give the
+same object as pydantic's; the scale and status subresources must behave as documented.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from paged_platform.api import CRD_NAME, ModelDeployment, ModelDeploymentStatus
+from paged_platform.crd import crd
+from paged_platform.ctl import app
+from typer.testing import CliRunner
+
+from conftest import EXAMPLES
+from e2e.cluster.client import APPLY_PATCH, ApiError, KubeClient, wait_for
+
+pytestmark = pytest.mark.k8s
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+@pytest.fixture(scope="session")
+def md_crd(kube_admin: KubeClient) -> str:
+    """The generated CRD, applied (server-side, so an identical copy from another test is no conflict)."""
+    kube_admin.request(
+        "PATCH",
+        f"{CRDS}/{CRD_NAME}",
+        crd(),
+        params={"fieldManager": "paged-platform-tests", "force": "true"},
+        content_type=APPLY_PATCH,
+    )
+
+    def established() -> bool:
+        conditions = (kube_admin.get(f"{CRDS}/{CRD_NAME}").get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for(f"CRD {CRD_NAME} established", established, timeout_s=30)
+    # Discovery of a new group lags establishment a little; wait until the collection answers.
+    wait_for("modeldeployments served", lambda: kube_admin.get("/apis/paged.dev/v1alpha1/modeldeployments"))
+    return CRD_NAME
+
+
+def collection(namespace: str) -> str:
+    return f"/apis/paged.dev/v1alpha1/namespaces/{namespace}/modeldeployments"
+
+
+def doc(name: str = "m", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "paged.dev/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.mark.parametrize("example", ["modeldeployment-cpu.yaml", "modeldeployment-gpu.yaml"])
+def test_examples_are_accepted_and_defaulted_like_pydantic(
+    kube_admin: KubeClient, kube_namespace: str, md_crd: str, example: str
+) -> None:
+    manifest = yaml.safe_load((EXAMPLES / example).read_text())
+    created = kube_admin.create(collection(kube_namespace), manifest)
+    assert created["spec"] == ModelDeployment.model_validate(manifest).spec.to_wire()
+
+
+def test_minimal_object_gets_every_default(kube_admin: KubeClient, kube_namespace: str, md_crd: str) -> None:
+    created = kube_admin.create(collection(kube_namespace), doc("tiny"))
+    assert created["spec"] == ModelDeployment.model_validate(doc("tiny")).spec.to_wire()
+
+
+REFUSED = [
+    ({"replicas": {"min": 3, "max": 2}}, "replicas.min must not exceed replicas.max"),
+    ({"schedulerBudget": {"maxNumSeqs": 512, "maxNumBatchedTokens": 256}}, "must be at least maxNumSeqs"),
+    ({"schedulerBudget": {"maxNumSeqs": 300, "adaptive": {"enabled": True}}}, "within adaptive.maxNumSeqs bounds"),
+    ({"schedulerBudget": {"adaptive": {"maxNumSeqs": {"min": 9, "max": 8}}}}, "bounds: min must not exceed max"),
+    ({"rollout": {"maxSurge": "0%", "maxUnavailable": 0}}, "cannot both be zero"),
+    ({"model": {"name": "/models/x"}}, "model.volume must name the PersistentVolumeClaim"),
+    ({"model": {"name": "/models/x", "volume": None}}, "model.volume must name the PersistentVolumeClaim"),
+    ({"model": {"name": "/data/x", "volume": {"claimName": "w"}}}, "path under model.volume.mountPath"),
+    ({"model": {"volume": {"claimName": "w"}}}, "takes no model.volume"),
+    ({"autoscaling": {"targets": {"kvCacheUsage": 1.5}}}, "spec.autoscaling.targets.kvCacheUsage"),
+    ({"engine": {"kvCacheMemory": "2 GB"}}, "spec.engine.kvCacheMemory"),
+    ({"engine": {"blockSize": 24}}, "spec.engine.blockSize"),
+]
+
+
+@pytest.mark.parametrize(("spec", "message"), REFUSED)
+def test_invalid_objects_are_refused_with_the_rule_message(
+    kube_admin: KubeClient, kube_namespace: str, md_crd: str, spec: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ApiError) as info:
+        kube_admin.create(collection(kube_namespace), doc(**spec))
+    assert info.value.code == 422
+    assert message in info.value.message
+
+
+def test_bad_name_is_refused(kube_admin: KubeClient, kube_namespace: str, md_crd: str) -> None:
+    with pytest.raises(ApiError) as info:
+        kube_admin.create(collection(kube_namespace), doc("a.b"))
+    assert info.value.code == 422 and "DNS-1035 label" in info.value.message
+
+
+def test_explicit_nulls_mean_unset(kube_admin: KubeClient, kube_namespace: str, md_crd: str) -> None:
+    created = kube_admin.create(
+        collection(kube_namespace), doc(model={"servedName": None}, engine={"maxModelLen": None})
+    )
+    assert "servedName" not in created["spec"]["model"] and "maxModelLen" not in created["spec"]["engine"]
+
+
+def test_scale_subresource_writes_min(kube_admin: KubeClient, kube_namespace: str, md_crd: str) -> None:
+    base = collection(kube_namespace)
+    kube_admin.create(base, doc("s", replicas={"min": 1, "max": 3}))
+    kube_admin.patch(f"{base}/s/scale", {"spec": {"replicas": 2}})
+    assert kube_admin.get(f"{base}/s")["spec"]["replicas"] == {"min": 2, "max": 3}
+    with pytest.raises(ApiError) as info:
+        kube_admin.patch(f"{base}/s/scale", {"spec": {"replicas": 5}})
+    assert info.value.code == 422 and "replicas.min must not exceed replicas.max" in info.value.message
+
+
+STATUS = {
+    "observedGeneration": 1,
+    "replicas": 2,
+    "readyReplicas": 1,
+    "desiredReplicas": 2,
+    "selector": "paged.dev/modeldeployment=st",
+    "endpoint": "http://st.ns.svc:8000/v1",
+    "budget": {"maxNumSeqs": 64, "maxNumBatchedTokens": 2048},
+    "metrics": {
+        "time": "2026-01-01T00:00:00Z",
+        "replicas": 1,
+        "kvCacheUsage": 0.5,
+        "requestsWaiting": 1.0,
+        "requestsRunning": 4.0,
+        "preemptionRate": 0.0,
+    },
+    "conditions": [
+        {
+            "type": "Ready",
+            "status": "False",
+            "reason": "Scaling",
+            "message": "1/2",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
+    ],
+    "decisions": [
+        {
+            "time": "2026-01-01T00:00:00Z",
+            "kind": "scale",
+            "from": {"replicas": 1},
+            "to": {"replicas": 2},
+            "reason": "kvCacheUsage above target",
+            "signals": {"kvCacheUsage": 0.9},
+        }
+    ],
+}
+
+
+def test_typed_status_round_trips_and_feeds_scale_and_columns(
+    kube_admin: KubeClient, kube_namespace: str, md_crd: str
+) -> None:
+    base = collection(kube_namespace)
+    kube_admin.create(base, doc("st", replicas={"min": 1, "max": 3}))
+    kube_admin.patch(f"{base}/st/status", {"status": STATUS})
+    stored = kube_admin.get(f"{base}/st")
+    assert ModelDeploymentStatus.model_validate(stored["status"]) == ModelDeploymentStatus.model_validate(STATUS)
+    scale = kube_admin.get(f"{base}/st/scale")
+    assert scale["spec"]["replicas"] == 1
+    assert scale["status"] == {"replicas": 2, "selector": "paged.dev/modeldeployment=st"}
+    # Printer columns come back as a meta.k8s.io Table, which the JSON helper does not ask for.
+    response = kube_admin._http.get(f"{base}/st", headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"})
+    columns = [c["name"] for c in response.json()["columnDefinitions"]]
+    assert columns[:3] == ["Name", "Ready", "Desired"] and "KV" in columns and "Age" in columns
+    cells = dict(zip(columns, response.json()["rows"][0]["cells"], strict=True))
+    assert cells["Ready"] == 1 and cells["Desired"] == 2 and cells["KV"] == 0.5 and cells["Status"] == "Scaling"
+
+
+@pytest.fixture
+def ctl(kube_cluster: Any, kube_namespace: str, md_crd: str) -> Iterator[Any]:
+    runner = CliRunner()
+    kubeconfig = str(kube_cluster.admin_kubeconfig)
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(
+            app, [*args, "--kubeconfig", kubeconfig, "-n", kube_namespace], input=input, env={"COLUMNS": "250"}
+        )
+
+    yield invoke
+
+
+def test_ctl_apply_get_describe_scale_budget(ctl: Any, kube_namespace: str) -> None:
+    applied = ctl("apply", "-f", str(EXAMPLES / "modeldeployment-cpu.yaml"))
+    assert applied.exit_code == 0, applied.output
+    again = ctl("apply", "-f", str(EXAMPLES / "modeldeployment-cpu.yaml"))  # idempotent server-side apply
+    assert again.exit_code == 0, again.output
+
+    got = json.loads(ctl("get", "gemma", "-o", "json").stdout)
+    assert got["metadata"]["namespace"] == kube_namespace and got["spec"]["replicas"] == {"min": 1, "max": 3}
+    managers = {f["manager"] for f in got["metadata"].get("managedFields", [])}
+    assert not managers  # -o output drops managedFields
+    listed = ctl("list")
+    assert listed.exit_code == 0 and "gemma" in listed.stdout
+
+    described = ctl("describe", "gemma")
+    assert described.exit_code == 0 and "default (served as gemma-3-270m)" in described.stdout
+
+    scaled = ctl("scale", "gemma", "--min", "2", "--max", "4")
+    assert scaled.exit_code == 0, scaled.output
+    budget = ctl("budget", "gemma", "--max-num-seqs", "48", "-o", "json")
+    assert budget.exit_code == 0, budget.output
+    spec = json.loads(ctl("get", "gemma", "-o", "json").stdout)["spec"]
+    assert spec["replicas"] == {"min": 2, "max": 4} and spec["schedulerBudget"]["maxNumSeqs"] == 48
+
+    refused = ctl("scale", "gemma", "--min", "9")
+    assert refused.exit_code == 1 and "replicas.min must not exceed replicas.max" in refused.stderr
+
+    missing = ctl("describe", "nope")
+    assert missing.exit_code == 3 and "modeldeployment 'nope'" in missing.stderr
+
+
+def test_ctl_server_dry_run_creates_nothing(ctl: Any) -> None:
+    result = ctl("apply", "-f", str(EXAMPLES / "modeldeployment-gpu.yaml"), "--dry-run", "server")
+    assert result.exit_code == 0, result.output
+    assert ctl("get", "qwen").exit_code == 3
+
+
+def test_ctl_reports_server_refusal_of_unknown_fields(ctl: Any, tmp_path: Path) -> None:
+    manifest = doc("strict")
+    # Valid for the client (metadata is free-form there), refused by strict field validation on the server.
+    manifest["metadata"]["bogus"] = 1
+    path = tmp_path / "md.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    result = ctl("apply", "-f", str(path))
+    assert result.exit_code == 1 and "bogus" in result.stderr and "Traceback" not in result.output
+
+
+def test_status_written_by_pydantic_is_accepted(kube_admin: KubeClient, kube_namespace: str, md_crd: str) -> None:
+    base = collection(kube_namespace)
+    kube_admin.create(base, doc("py"))
+    status = ModelDeploymentStatus.model_validate(copy.deepcopy(STATUS))
+    kube_admin.patch(f"{base}/py/status", {"status": status.to_wire()})
+    assert kube_admin.get(f"{base}/py")["status"]["decisions"][0]["from"] == {"replicas": 1}
