@@ -35,6 +35,19 @@ wrapper_module() {
   (cd "$1" && go mod init paged.dev/testbed-build >/dev/null 2>&1)
 }
 
+# fetch DIR PKG@VERSION... : resolve and download into the wrapper module in DIR. go get lists every module it
+# adds; that goes to a log shown only on failure, so a build's progress stays readable.
+fetch() {
+  local dir="$1"
+  shift
+  if ! (cd "$dir" && go get "$@" >"$dir/go-get.log" 2>&1); then
+    log "go get $* failed:"
+    tail -n 40 "$dir/go-get.log" >&2
+    return 1
+  fi
+  mkdir -p "$dir/bin"
+}
+
 # finish TMPBIN DEST : moves freshly built binaries into place in one rename, so a half-built folder never
 # looks complete to a concurrent or later run.
 finish() {
@@ -52,22 +65,21 @@ build_kubernetes() {
   wrapper_module "$work"
   # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with ./staging paths, which
   # a dependency cannot use: replace each with its published v0.<minor>.<patch>, read from this release's go.mod.
-  local gomod staging minor_patch="0.${v#v1.}" replaces=()
+  local gomod staging staging_version="v0.${v#v1.}" replaces=()
   gomod="$(cd "$work" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
-  minor_patch="v${minor_patch}"
   while read -r staging; do
-    replaces+=("-replace=$staging=$staging@$minor_patch")
+    replaces+=("-replace=$staging=$staging@$staging_version")
   done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod")
   [ "${#replaces[@]}" -gt 0 ] || { log "no staging replaces found in $gomod"; exit 1; }
-  (cd "$work" && go mod edit "${replaces[@]}" && go mod edit -require="k8s.io/kubernetes@$v")
+  (cd "$work" && go mod edit "${replaces[@]}" -require="k8s.io/kubernetes@$v")
   local pkgs=() b
   for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
   local ver_pkg=k8s.io/component-base/version minor="${v#v1.}"
   minor="${minor%%.*}"
   local ldflags="-s -w -X $ver_pkg.gitVersion=$v -X $ver_pkg.gitMajor=1 -X $ver_pkg.gitMinor=$minor"
   ldflags+=" -X $ver_pkg.gitTreeState=clean -X $ver_pkg.buildDate=1970-01-01T00:00:00Z"
-  (cd "$work" && go get "${pkgs[@]/%/@$v}" >&2 && mkdir -p bin &&
-    nice -n 10 go build -trimpath -ldflags "$ldflags" -o bin/ "${pkgs[@]}")
+  fetch "$work" "${pkgs[@]/%/@$v}"
+  (cd "$work" && nice -n 10 go build -trimpath -ldflags "$ldflags" -o bin/ "${pkgs[@]}")
   finish "$work/bin" "$dest"
   rm -rf "$work"
 }
@@ -80,8 +92,8 @@ build_etcd() {
   wrapper_module "$work"
   # The server module's root package is the etcd binary; its relative replaces are ignored from a wrapper and
   # its requirements pin api/client/pkg at the same release.
-  (cd "$work" && go get "go.etcd.io/etcd/server/v3@$v" >&2 && mkdir -p bin &&
-    nice -n 10 go build -trimpath -ldflags "-s -w" -o bin/etcd go.etcd.io/etcd/server/v3)
+  fetch "$work" "go.etcd.io/etcd/server/v3@$v"
+  (cd "$work" && nice -n 10 go build -trimpath -ldflags "-s -w" -o bin/etcd go.etcd.io/etcd/server/v3)
   finish "$work/bin" "$dest"
   rm -rf "$work"
 }
@@ -92,8 +104,8 @@ build_kwok() {
   log "building kwok $v"
   work="$(mktemp -d "$cache/.work-kwok.XXXXXX")"
   wrapper_module "$work"
-  (cd "$work" && go get "sigs.k8s.io/kwok/cmd/kwok@$v" >&2 && mkdir -p bin &&
-    nice -n 10 go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$v" \
+  fetch "$work" "sigs.k8s.io/kwok/cmd/kwok@$v"
+  (cd "$work" && nice -n 10 go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$v" \
       -o bin/kwok sigs.k8s.io/kwok/cmd/kwok)
   # The kwok binary simulates nothing without Stage objects; kwokctl embeds its defaults, a bare kwok does not.
   # Take the same release's own stages (node init + lease heartbeat, pod ready/complete/delete) so they match.
@@ -115,8 +127,8 @@ build_helm() {
   major="${v%%.*}"
   work="$(mktemp -d "$cache/.work-helm.XXXXXX")"
   wrapper_module "$work"
-  (cd "$work" && go get "helm.sh/helm/$major/cmd/helm@$v" >&2 && mkdir -p bin &&
-    nice -n 10 go build -trimpath -ldflags "-s -w -X helm.sh/helm/$major/internal/version.version=$v" \
+  fetch "$work" "helm.sh/helm/$major/cmd/helm@$v"
+  (cd "$work" && nice -n 10 go build -trimpath -ldflags "-s -w -X helm.sh/helm/$major/internal/version.version=$v" \
       -o bin/helm "helm.sh/helm/$major/cmd/helm")
   finish "$work/bin" "$dest"
   rm -rf "$work"
@@ -128,11 +140,13 @@ build_promtool() {
   # v0.316.0 -> 3.16.0
   release="${v#v0.}"
   release="$((${release%%.*} / 100)).$((${release%%.*} % 100)).${release#*.}"
-  log "building promtool (Prometheus $release, module $v)"
+  # remove_all_sd leaves out the cloud service-discovery plugins (AWS, Azure, GCE, ...): rule checks and rule unit
+  # tests need none of them, and they are most of promtool's compile time.
+  log "building promtool (Prometheus $release, module $v, without cloud service discovery)"
   work="$(mktemp -d "$cache/.work-promtool.XXXXXX")"
   wrapper_module "$work"
-  (cd "$work" && go get "github.com/prometheus/prometheus/cmd/promtool@$v" >&2 && mkdir -p bin &&
-    nice -n 10 go build -trimpath \
+  fetch "$work" "github.com/prometheus/prometheus/cmd/promtool@$v"
+  (cd "$work" && nice -n 10 go build -trimpath -tags remove_all_sd \
       -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
       -o bin/promtool github.com/prometheus/prometheus/cmd/promtool)
   finish "$work/bin" "$dest"
