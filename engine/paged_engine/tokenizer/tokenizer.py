@@ -63,9 +63,6 @@ class FastTokenizer:
         eos_ids = ([self._eos_id] if self._eos_id is not None else []) + list(extra_eos_token_ids)
         self._eos_ids = frozenset(eos_ids)
         self.chat_template = chat_template
-        self.special_token_ids = frozenset(
-            token_id for token_id, token in tokenizer.get_added_tokens_decoder().items() if token.special
-        )
 
     def _id_of(self, token: str | None, role: str) -> int | None:
         if token is None:
