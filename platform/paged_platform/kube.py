@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -172,8 +173,21 @@ class Kube:
             pods = await self._core.list_namespaced_pod(ns, label_selector=selector, **_T)
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
 
-    async def pod_get(self, pod: str, port: int, path: str, namespace: str | None = None) -> str:
-        """GET ``path`` on a pod through the API server's pod proxy, so it works from outside the cluster."""
+    async def pod_get(
+        self, pod: str, port: int, path: str, *, pod_ip: str | None = None, namespace: str | None = None
+    ) -> str:
+        """GET ``path`` on a pod: through the API server's pod proxy (works from outside the cluster), or straight
+        at ``pod_ip`` when given (inside the cluster network, where the proxy may be unavailable or forbidden)."""
+        if pod_ip is not None:
+            url = f"http://{pod_ip}:{port}/{path}"
+            try:
+                async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as http:
+                    response = await http.get(url)
+            except httpx.HTTPError as exc:
+                raise UnreachableError(f"cannot reach pod {pod} at {url}: {exc}") from None
+            if response.status_code != 200:
+                raise KubeError(f"pod {pod} answered {response.status_code} at {url}")
+            return response.text
         ns = namespace or self.namespace
         with translated(f"pod {pod!r} port {port} /{path}", self.server):
             return await self._core.connect_get_namespaced_pod_proxy_with_path(f"{pod}:{port}", ns, path, **_T)

@@ -136,8 +136,10 @@ class FakeKube:
     async def list_pods(self, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
         return self.pods
 
-    async def pod_get(self, pod: str, port: int, path: str, namespace: str | None = None) -> str:
-        answer = self.pod_answers[f"{pod}:{port}/{path}"]
+    async def pod_get(
+        self, pod: str, port: int, path: str, *, pod_ip: str | None = None, namespace: str | None = None
+    ) -> str:
+        answer = self.pod_answers[f"{pod_ip or pod}:{port}/{path}"]
         if isinstance(answer, KubeError):
             raise answer
         return answer
@@ -332,11 +334,12 @@ def test_budget_refuses_inconsistent_values(fake: FakeKube) -> None:
     assert not fake.patches
 
 
-def pod(name: str, ready: bool, port: int = 8000) -> dict[str, Any]:
+def pod(name: str, ready: bool, port: int = 8000, ip: str | None = None) -> dict[str, Any]:
     return {
         "metadata": {"name": name},
         "spec": {"containers": [{"name": "engine", "ports": [{"name": "http", "containerPort": port}]}]},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+        | ({"podIP": ip} if ip else {}),
     }
 
 
@@ -352,6 +355,22 @@ def test_top_scrapes_ready_pods(fake: FakeKube) -> None:
     assert rows[1] == {"pod": "gemma-b", "error": "connection refused"}
     table = invoke("top", "gemma").stdout
     assert "42%" in table and "25%" in table and "connection refused" in table
+
+
+def test_top_direct_scrapes_pod_ips(fake: FakeKube) -> None:
+    fake.objects["gemma"] = stored(**STATUS)
+    fake.pods = [pod("gemma-a", True, ip="10.0.0.7"), pod("gemma-b", True)]
+    fake.pod_answers = {"10.0.0.7:8000/metrics": METRICS}
+    rows = json.loads(invoke("top", "gemma", "--direct", "-o", "json").stdout)
+    assert rows[0]["pod"] == "gemma-a" and rows[0]["requestsRunning"] == 3
+    assert rows[1] == {"pod": "gemma-b", "error": "no pod IP yet"}
+
+
+def test_metrics_port_choice() -> None:
+    named = {"spec": {"containers": [{"ports": [{"containerPort": 1}, {"name": "http", "containerPort": 2}]}]}}
+    assert app_module.metrics_port(named, 9) == 2
+    assert app_module.metrics_port({"spec": {"containers": [{"ports": [{"containerPort": 1}]}]}}, 9) == 1
+    assert app_module.metrics_port({"spec": {"containers": [{"name": "engine"}]}}, 9) == 9
 
 
 def test_top_without_pods(fake: FakeKube) -> None:

@@ -7,7 +7,10 @@ same object as pydantic's; the scale and status subresources must behave as docu
 from __future__ import annotations
 
 import copy
+import http.server
 import json
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -241,3 +244,81 @@ def test_status_written_by_pydantic_is_accepted(kube_admin: KubeClient, kube_nam
     status = ModelDeploymentStatus.model_validate(copy.deepcopy(STATUS))
     kube_admin.patch(f"{base}/py/status", {"status": status.to_wire()})
     assert kube_admin.get(f"{base}/py")["status"]["decisions"][0]["from"] == {"replicas": 1}
+
+
+ENGINE_METRICS = b"""\
+# TYPE paged_kv_cache_usage_ratio gauge
+paged_kv_cache_usage_ratio{model_name="gemma-3-270m"} 0.25
+# TYPE paged_requests_running gauge
+paged_requests_running{model_name="gemma-3-270m"} 5
+# TYPE paged_scheduler_max_num_seqs gauge
+paged_scheduler_max_num_seqs{model_name="gemma-3-270m"} 64
+"""
+
+
+class _MetricsHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        found = self.path == "/metrics"
+        self.send_response(200 if found else 404)
+        self.end_headers()
+        if found:
+            self.wfile.write(ENGINE_METRICS)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_ctl_top_reads_live_engine_metrics(kube_admin: KubeClient, kube_namespace: str, ctl: Any) -> None:
+    """kwok runs the pods and gives them loopback IPs; a stand-in engine serves /metrics on the pod's IP."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    labels = {"paged.dev/modeldeployment": "topmd"}
+    engine = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "topmd"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [{"name": "engine", "image": "x", "ports": [{"name": "http", "containerPort": port}]}]
+                },
+            },
+        },
+    }
+    kube_admin.create(f"/apis/apps/v1/namespaces/{kube_namespace}/deployments", engine)
+    kube_admin.create(collection(kube_namespace), doc("topmd"))
+    kube_admin.patch(
+        f"{collection(kube_namespace)}/topmd/status", {"status": {"selector": "paged.dev/modeldeployment=topmd"}}
+    )
+
+    def ready_pod() -> dict[str, Any] | None:
+        pods = kube_admin.get(f"/api/v1/namespaces/{kube_namespace}/pods")["items"]
+        ready = [
+            p
+            for p in pods
+            if p["status"].get("podIP")
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        ]
+        return ready[0] if ready else None
+
+    pod = wait_for("a Ready engine pod", ready_pod, timeout_s=60)
+    server = http.server.ThreadingHTTPServer((pod["status"]["podIP"], port), _MetricsHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        direct = ctl("top", "topmd", "--direct", "-o", "json")
+        assert direct.exit_code == 0, direct.output
+        (row,) = json.loads(direct.stdout)
+        assert row["pod"] == pod["metadata"]["name"]
+        assert row["kvCacheUsage"] == 0.25 and row["requestsRunning"] == 5 and row["maxNumSeqs"] == 64
+        # Through the pod proxy the API server refuses loopback pod IPs (as it should): a per-pod error, not a crash.
+        proxied = ctl("top", "topmd", "-o", "json")
+        assert proxied.exit_code == 0, proxied.output
+        (row,) = json.loads(proxied.stdout)
+        assert "address not allowed" in row["error"]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -271,10 +271,13 @@ def is_ready(pod: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-async def _scrape(kube: Kube, pod: dict[str, Any], port: int) -> tuple[str, PodMetrics | str]:
+async def _scrape(kube: Kube, pod: dict[str, Any], port: int, direct: bool) -> tuple[str, PodMetrics | str]:
     name = pod["metadata"]["name"]
+    pod_ip = pod.get("status", {}).get("podIP") if direct else None
+    if direct and not pod_ip:
+        return name, "no pod IP yet"
     try:
-        return name, parse_pod_metrics(await kube.pod_get(name, port, "metrics"))
+        return name, parse_pod_metrics(await kube.pod_get(name, port, "metrics", pod_ip=pod_ip))
     except (KubeError, MetricsParseError) as exc:
         return name, str(exc)
 
@@ -283,12 +286,18 @@ async def _scrape(kube: Kube, pod: dict[str, Any], port: int) -> tuple[str, PodM
 @run
 async def top(
     name: NameArg,
+    direct: Annotated[
+        bool,
+        typer.Option(
+            "--direct", help="Scrape pod IPs directly (from inside the cluster network) instead of via the pod proxy."
+        ),
+    ] = False,
     output: OutputOpt = Output.TABLE,
     namespace: NamespaceOpt = None,
     context: ContextOpt = None,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """Live metrics of each ready replica, read from its /metrics through the API server's pod proxy."""
+    """Live metrics of each ready replica, read from its /metrics through the API server's pod proxy (or --direct)."""
     async with connect(target(namespace, context, kubeconfig)) as kube:
         md = parse(await kube.get(name))
         if not md.status.selector:
@@ -296,7 +305,7 @@ async def top(
         pods = [p for p in await kube.list_pods(md.status.selector) if is_ready(p)]
         if not pods:
             raise KubeError(f"modeldeployment {name!r} has no ready pods")
-        results = await asyncio.gather(*(_scrape(kube, p, metrics_port(p, md.spec.service.port)) for p in pods))
+        results = await asyncio.gather(*(_scrape(kube, p, metrics_port(p, md.spec.service.port), direct) for p in pods))
     rows = render.top_rows(sorted(results))
     if output is not Output.TABLE:
         emit(rows, output)
