@@ -38,6 +38,8 @@ from enum import StrEnum
 from paged_operator.metrics import FleetView
 
 _EPS = 1e-9
+#: Demand beyond this many replicas is the same answer (clamped to max_replicas anyway).
+_MAX_DEMAND = 1e6
 #: Signals that measure load arriving (a burst); preemptions are left out (see the module docstring).
 BURST_SIGNALS = frozenset({"kv_cache_usage", "seq_budget_usage", "waiting_per_replica", "ttft_p95_seconds"})
 
@@ -266,6 +268,7 @@ def _replicas_for(demand: float, capacity: int, tolerance: float) -> int:
     and preemptions grow faster than load), so a count projected to land exactly on target after the
     scale-down would land above it and scale back up: flapping.
     """
+    demand = min(demand, _MAX_DEMAND)  # extreme rates (a pod that barely completes) must not overflow
     if capacity > 0 and abs(demand / capacity - 1.0) <= tolerance:
         return capacity
     if demand < capacity:

@@ -213,9 +213,11 @@ def decide(spec: BudgetSpec, state: TunerState, view: FleetView | None, now: flo
         if state.storm_level is not None and state.storm_until is not None and now < state.storm_until:
             ceiling = min(ceiling, state.storm_level - spec.increase_step)
         wanted = seqs + spec.increase_step
-        if bound and 0.0 < kv < spec.kv_low_water:
-            # KV usage grows with the running batch: jump straight to where it would reach the low-water mark.
-            wanted = max(wanted, math.floor(seqs * spec.kv_low_water / kv + 1e-9))
+        if bound and kv < spec.kv_low_water:
+            # KV usage grows with the running batch: jump straight to where it would reach the low-water mark
+            # (all the way to the ceiling when KV is nearly empty: the projection is unbounded there).
+            projected = seqs * spec.kv_low_water / kv if kv > 0 else math.inf
+            wanted = max(wanted, ceiling if projected >= ceiling else math.floor(projected + 1e-9))
         raised = min(ceiling, wanted)
         if raised > seqs:
             return TuneDecision(Budgets(raised, tokens), f"{why}: max_num_seqs {seqs} → {raised}", TuneKind.RAISE_SEQS)

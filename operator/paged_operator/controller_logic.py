@@ -169,10 +169,11 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
     if verdict.action is Action.TUNE:
         push = obs.ready_pods
     elif target is not None and view is not None:
+        # A pod that does not export its budgets is not known to differ: it is not pushed every decision.
         push = tuple(
             pod
             for pod, (seqs, tokens) in sorted(view.budgets.items())
-            if (seqs, tokens) != (target.max_num_seqs, target.max_num_batched_tokens)
+            if (seqs, tokens) != (None, None) and (seqs, tokens) != (target.max_num_seqs, target.max_num_batched_tokens)
         )
     else:
         push = ()

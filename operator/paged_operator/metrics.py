@@ -148,10 +148,13 @@ def parse_exposition(text: str, *, pod: str, time: float, model_name: str | None
         families = list(text_string_to_metric_families(text))
     except (ValueError, TypeError, IndexError) as exc:
         raise MetricsError(f"pod {pod}: unparseable metrics exposition: {exc}") from exc
-    for family in families:
-        for s in family.samples:
-            if _matches(s.labels, model_name):
-                add_series(scalars, buckets, s.name, s.labels, s.value)
+    try:
+        for family in families:
+            for s in family.samples:
+                if _matches(s.labels, model_name):
+                    add_series(scalars, buckets, s.name, s.labels, s.value)
+    except MetricsError as exc:
+        raise MetricsError(f"pod {pod}: {exc}") from exc
     return sample_from_series(scalars, buckets, pod=pod, time=time)
 
 
@@ -169,6 +172,9 @@ def add_series(
     """
     if name == FINISHED and labels.get("finished_reason") == "abort":
         return
+    used = name in SCALAR_SERIES or name.removesuffix("_bucket") in HISTOGRAM_SERIES
+    if used and math.isnan(value):
+        raise MetricsError(f"{name} is NaN")
     if name in SCALAR_SERIES:
         # KV usage is one block pool per engine: several series (models) mean the fullest one counts.
         scalars[name] = max(scalars.get(name, 0.0), value) if name == KV_USAGE else scalars.get(name, 0.0) + value
@@ -191,8 +197,11 @@ def sample_from_series(
     if missing:
         raise MetricsError(f"pod {pod}: required metrics missing: {', '.join(missing)}")
     kv = scalars[KV_USAGE]
-    if not 0.0 <= kv <= 1.0 or math.isnan(kv):
+    if not 0.0 <= kv <= 1.0:  # also false for NaN
         raise MetricsError(f"pod {pod}: {KV_USAGE} must be in [0, 1], got {kv}")
+    for name in (RUNNING, WAITING, PREEMPTIONS):
+        if not 0.0 <= scalars[name] < math.inf:
+            raise MetricsError(f"pod {pod}: {name} must be a finite non-negative number, got {scalars[name]}")
 
     def hist(name: str) -> Histogram | None:
         per_bound = buckets.get(name)

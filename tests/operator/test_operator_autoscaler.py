@@ -295,6 +295,23 @@ def test_desired_within_bounds_and_steps(spec: AutoscalingPolicySpec, ticks: lis
             assert d.change >= 0
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    ready=st.integers(1, 50),
+    starting=st.integers(0, 10),
+    waiting=st.floats(0, 1e9),
+    arrival=st.one_of(st.none(), st.floats(0, 1e9)),
+    served=st.one_of(st.none(), st.floats(0, 1e9)),
+    preempt=st.one_of(st.none(), st.floats(0, 1e9)),
+)
+def test_extreme_readings_give_an_answer_within_bounds(
+    ready: int, starting: int, waiting: float, arrival: float | None, served: float | None, preempt: float | None
+) -> None:
+    v = view(ready=ready, kv=1.0, waiting=waiting, arrival=arrival, completion=served, preempt=preempt)
+    d, _ = decide(SPEC, AutoscalerState(), v, ready=ready, starting=starting, now=0)
+    assert SPEC.min_replicas <= d.desired <= SPEC.max_replicas
+
+
 @settings(max_examples=60, deadline=None)
 @given(spec=specs, kv=st.floats(0.05, 1), waiting=st.floats(0, 30))
 def test_constant_load_converges_and_stays(spec: AutoscalingPolicySpec, kv: float, waiting: float) -> None:

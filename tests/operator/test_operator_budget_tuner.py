@@ -182,3 +182,30 @@ def test_budgets_stay_in_bounds_and_respect_cooldown(ticks: list[dict]) -> None:
             changes.append(now)
             state = applied(SLO, state, d, now)
     assert all(b - a >= SLO.cooldown_s for a, b in itertools.pairwise(changes))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    load=st.fixed_dictionaries(
+        {
+            "kv": st.floats(0, 1),
+            "waiting": st.floats(0, 50),
+            "preempt": st.floats(0, 5),
+            "ttft": st.one_of(st.none(), st.floats(0, 5)),
+            "itl": st.one_of(st.none(), st.floats(0, 0.2)),
+        }
+    ),
+    running=st.floats(0, 200),
+)
+def test_a_constant_picture_moves_budgets_one_way_only(load: dict, running: float) -> None:
+    """Hysteresis: the same evidence never makes the tuner go up and then down (or back)."""
+    state, seen = TunerState(Budgets(64, 2048)), [Budgets(64, 2048)]
+    v = replace(view(**load), running_per_replica=running)
+    for i in range(40):
+        d = decide(SLO, state, v, now=i * 60.0)
+        if d.budgets is not None:
+            state = applied(SLO, state, d, i * 60.0)
+            seen.append(d.budgets)
+    for field in ("max_num_seqs", "max_num_batched_tokens"):
+        values = [getattr(b, field) for b in seen]
+        assert values == sorted(values) or values == sorted(values, reverse=True), values

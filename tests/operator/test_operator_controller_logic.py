@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from paged_operator.arbiter import Action
 from paged_operator.autoscaler import AutoscalingPolicySpec
@@ -102,6 +104,8 @@ def test_storm_tunes_first_then_scales_if_still_needed() -> None:
 def test_drifted_pods_get_the_budget_again() -> None:
     spec = ControllerSpec(autoscaling=None, budget=BUDGET)
     o = obs(0, {"a": {"kv": 0.7, "seqs": 64}, "new": {"kv": 0.7, "seqs": 32}})
+    silent_budget = replace(pod_sample("old-engine", 0, kv=0.7), max_num_seqs=None, max_num_batched_tokens=None)
+    o = replace(o, ready_pods=(*o.ready_pods, "old-engine"), samples=(*o.samples, silent_budget))
     (plan,), _ = rounds(spec, initial_state(spec, START), [o])
     assert plan.budgets is None and plan.target_budgets == START and plan.push_budgets_to == ("new",)
     assert plan.scale is None and [c.type for c in plan.conditions] == ["Degraded"]

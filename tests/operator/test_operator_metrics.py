@@ -61,6 +61,9 @@ def test_missing_required_series_is_named() -> None:
     [
         ("paged_kv_cache_usage_ratio{model_name= 1\n", "unparseable"),
         (exposition(kv=1.5), "must be in \\[0, 1\\], got 1.5"),
+        (exposition(kv=float("nan")), "paged_kv_cache_usage_ratio is NaN"),
+        (exposition().replace("paged_requests_waiting{", "paged_requests_waiting_x{"), "paged_requests_waiting"),
+        (exposition(waiting=-1), "paged_requests_waiting must be a finite non-negative number, got -1.0"),
         (exposition().replace('le="0.1"', 'le="fast"'), "non-numeric le='fast'"),
     ],
 )
