@@ -22,6 +22,9 @@ class StopStrings:
         self.stops = tuple(dict.fromkeys(stops))
         self.include_in_output = include_in_output
         self.max_len = max((len(stop) for stop in self.stops), default=0)
+        # Proper prefixes by length, so the per-step hold-back check is a few set lookups.
+        self._prefixes = {stop[:length] for stop in self.stops for length in range(1, len(stop))}
+        self._prefix_lengths = sorted({len(prefix) for prefix in self._prefixes}, reverse=True)
 
     def __bool__(self) -> bool:
         return bool(self.stops)
@@ -48,8 +51,7 @@ class StopStrings:
         """
         if self.include_in_output:
             return 0
-        for length in range(min(self.max_len - 1, len(text)), 0, -1):
-            tail = text[-length:]
-            if any(stop.startswith(tail) for stop in self.stops):
+        for length in self._prefix_lengths:
+            if length <= len(text) and text[-length:] in self._prefixes:
                 return length
         return 0
