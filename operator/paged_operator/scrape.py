@@ -148,19 +148,24 @@ class PrometheusSource:
         scalars: dict[str, dict[str, float]] = {pod.name: {} for pod in pods}
         buckets: dict[str, dict[str, dict[float, float]]] = {pod.name: {} for pod in pods}
         stamp: dict[str, float] = {}
+        failures: dict[str, str] = {}
         try:
             for series in (s for result in results for s in result):
                 metric, (ts, value) = series["metric"], series["value"]
                 pod = metric.get(self._pod_label)
-                if pod in scalars:
-                    add_series(scalars[pod], buckets[pod], metric["__name__"], metric, float(value))
+                if pod in scalars and pod not in failures:
+                    try:
+                        add_series(scalars[pod], buckets[pod], metric["__name__"], metric, float(value))
+                    except MetricsError as exc:  # this pod's series are unusable, the others may be fine
+                        failures[pod] = f"pod {pod}: {exc}"
                     stamp[pod] = max(stamp.get(pod, 0.0), float(ts))
         except (KeyError, TypeError, ValueError) as exc:
             why = f"malformed Prometheus answer: {type(exc).__name__}: {exc}"
             return ScrapeResult(time=self._clock(), samples=(), failures={pod.name: why for pod in pods})
         samples: list[EngineSample] = []
-        failures: dict[str, str] = {}
         for pod in pods:
+            if pod.name in failures:
+                continue
             if pod.name not in stamp:
                 failures[pod.name] = "no series in Prometheus for this pod"
                 continue

@@ -112,8 +112,10 @@ async def test_prometheus_source_builds_the_same_samples(server: Server) -> None
         "paged_kv_cache_usage_ratio": {"md-0": 0.8, "md-1": 0.4},
         "paged_requests_running": {"md-0": 10, "md-1": 4},
         "paged_requests_waiting": {"md-0": 2, "md-1": 0},
-        "paged_preemptions_total": {"md-0": 7},  # md-1 lacks it: a failure, not a zero
+        "paged_preemptions_total": {"md-0": 7, "md-3": 1},  # md-1 lacks it: a failure, not a zero
     }
+    values["paged_kv_cache_usage_ratio"]["md-3"] = float("nan")  # md-3 answers garbage: only md-3 fails
+    values["paged_requests_running"]["md-3"] = values["paged_requests_waiting"]["md-3"] = 1
 
     async def query(params: dict) -> tuple[int, str]:
         promql = params["query"]
@@ -128,7 +130,8 @@ async def test_prometheus_source_builds_the_same_samples(server: Server) -> None
     server.routes = {"/api/v1/query": query}
     async with httpx.AsyncClient() as client:
         source = PrometheusSource(client, server.url("/"), labels={"namespace": "ml"})
-        result = await source.collect([PodTarget("md-0", ""), PodTarget("md-1", ""), PodTarget("md-2", "")])
+        pods = [PodTarget(name, "") for name in ("md-0", "md-1", "md-2", "md-3")]
+        result = await source.collect(pods)
     (sample,) = result.samples
     assert (sample.pod, sample.kv_usage, sample.waiting, sample.preemptions_total, sample.time) == (
         "md-0",
@@ -140,7 +143,8 @@ async def test_prometheus_source_builds_the_same_samples(server: Server) -> None
     assert sample.ttft is not None and sample.ttft.count == 10
     assert "paged_preemptions_total" in result.failures["md-1"]
     assert result.failures["md-2"] == "no series in Prometheus for this pod"
-    assert 'paged_kv_cache_usage_ratio{namespace="ml",pod=~"md\\\\-0|md\\\\-1|md\\\\-2"}' in server.queries
+    assert result.failures["md-3"] == "pod md-3: paged_kv_cache_usage_ratio is NaN"
+    assert 'paged_kv_cache_usage_ratio{namespace="ml",pod=~"md\\\\-0|md\\\\-1|md\\\\-2|md\\\\-3"}' in server.queries
 
 
 async def test_prometheus_down_fails_every_pod(server: Server) -> None:
