@@ -105,6 +105,13 @@ class KubeClient:
         return True
 
 
+def has_condition(obj: Mapping[str, Any], condition: str, status: str = "True") -> bool:
+    """Whether ``obj.status.conditions`` has ``condition`` at ``status``; a status or condition list the server has not
+    filled in yet (absent or null, as for a CRD just created) counts as not having it."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == condition and c.get("status") == status for c in conditions)
+
+
 def wait_for(what: str, check: Callable[[], T | None], timeout_s: float = 60.0, interval_s: float = 0.2) -> T:
     """Poll ``check`` until it returns something other than None/False, and return that. On timeout the error says
     what was awaited and the last value or exception seen."""

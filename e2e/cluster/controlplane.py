@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from .binaries import Binaries
-from .client import KubeClient, wait_for
+from .client import KubeClient, has_condition, wait_for
 from .kubeconfig import Credentials
 from .pki import Pki, make_pki
 from .processes import ProcessError, ProcessGroup
@@ -117,8 +117,7 @@ def _node(name: str, index: int, config: ControlPlaneConfig) -> dict:
 
 
 def _node_ready(client: KubeClient, name: str) -> bool:
-    conditions = client.get(f"/api/v1/nodes/{name}").get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return has_condition(client.get(f"/api/v1/nodes/{name}"), "Ready")
 
 
 def start_control_plane(binaries: Binaries, workdir: Path, config: ControlPlaneConfig | None = None) -> ControlPlane:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster.client import ApiError, KubeClient, wait_for
+from e2e.cluster.client import ApiError, KubeClient, has_condition, wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -72,9 +72,8 @@ def widget_crd(kube_admin: KubeClient) -> Iterator[str]:
     kube_admin.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", WIDGET_CRD)
 
     def established() -> bool:
-        crd = kube_admin.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}")
-        return any(
-            c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", [])
+        return has_condition(
+            kube_admin.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"), "Established"
         )
 
     wait_for(f"CRD {CRD_NAME} Established", established, timeout_s=30)

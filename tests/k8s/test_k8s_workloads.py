@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster.client import KubeClient, wait_for
+from e2e.cluster.client import KubeClient, has_condition, wait_for
 from e2e.cluster.controlplane import ControlPlane
 
 pytestmark = pytest.mark.k8s
@@ -37,12 +37,7 @@ def deployment(name: str, replicas: int) -> dict[str, Any]:
 
 def ready_pods(client: KubeClient, namespace: str, want: int) -> list[dict[str, Any]] | None:
     pods = client.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector="app=engine")["items"]
-    ready = [
-        p
-        for p in pods
-        if p["status"].get("phase") == "Running"
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-    ]
+    ready = [p for p in pods if p["status"].get("phase") == "Running" and has_condition(p, "Ready")]
     return ready if len(ready) == want else None
 
 

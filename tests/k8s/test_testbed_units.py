@@ -15,7 +15,7 @@ import yaml
 
 from e2e.cluster.access import object_path
 from e2e.cluster.binaries import parse_build_output
-from e2e.cluster.client import wait_for
+from e2e.cluster.client import has_condition, wait_for
 from e2e.cluster.controlplane import ControlPlaneConfig, _node, free_port
 from e2e.cluster.kubeconfig import Credentials
 from e2e.cluster.processes import ProcessError, ProcessGroup
@@ -80,6 +80,14 @@ def test_wait_for_returns_the_value_or_times_out_naming_what() -> None:
     assert wait_for("third call", lambda: next(calls), timeout_s=5, interval_s=0) == "done"
     with pytest.raises(TimeoutError, match="waiting for never; last seen: None"):
         wait_for("never", lambda: None, timeout_s=0.05, interval_s=0.01)
+
+
+def test_has_condition_tolerates_unfilled_status() -> None:
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Degraded", "status": "False"}]}}
+    assert has_condition(ready, "Ready")
+    assert not has_condition(ready, "Degraded") and has_condition(ready, "Degraded", "False")
+    assert not has_condition({"status": {"conditions": None}}, "Established")  # a CRD just created
+    assert not has_condition({"status": None}, "Ready") and not has_condition({}, "Ready")
 
 
 def test_free_port_is_bindable() -> None:
