@@ -6,7 +6,7 @@ import pytest
 import torch
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True, scope="package")
 def _single_thread():
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
