@@ -31,6 +31,11 @@ def apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
     return obj
 
 
+# cel-python raises the recursion limit on its first compile; do that now, not inside a hypothesis test
+# (hypothesis warns when a test changes the limit it manages).
+celpy.Environment().compile("true")
+
+
 @functools.cache
 def _program(rule: str) -> Any:
     env = celpy.Environment()
