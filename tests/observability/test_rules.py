@@ -17,6 +17,7 @@ from tests.observability.sources import (
     all_rules,
     markdown_anchors,
     metric_names,
+    names_used,
     recorded_names,
     rule_files,
 )
@@ -100,7 +101,5 @@ def test_recorded_names_used_by_rules_are_recorded() -> None:
 
 def test_every_recording_rule_is_used() -> None:
     """A recorded series nobody reads costs Prometheus for nothing."""
-    from tests.observability.sources import names_used
-
     unused = recorded_names() - set(names_used())
     assert not unused, f"recorded but used by no rule or dashboard: {sorted(unused)}"
