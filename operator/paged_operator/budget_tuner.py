@@ -28,7 +28,8 @@ trades TTFT against ITL, so it moves only against latency objectives, when set:
   is below the high-water mark: bigger prefill chunks drain the queue faster.
 * **Lower** (÷ the factor) when ITL p95 is above its SLO: decodes stall behind long prefill chunks.
 * When both objectives are missed the fleet is short of capacity, not mis-tuned: leave it to the
-  autoscaler rather than flip-flop.
+  autoscaler rather than flip-flop. For the same reason the level at which ITL broke is remembered
+  for ``storm_memory_s``: a later TTFT raise stops below it (TTFT is then the autoscaler's).
 
 One change per decision, in this priority: storm, idle memory, TTFT, ITL. ``max_num_batched_tokens``
 never goes below ``max_num_seqs`` (every running sequence needs at least one token per step).
@@ -78,7 +79,7 @@ class BudgetSpec:
     batched_tokens_factor: multiplier (raise) / divisor (lower) for ``max_num_batched_tokens``, > 1.
     ttft_p95_slo_s / itl_p95_slo_s: latency objectives steering ``max_num_batched_tokens``; None: left alone.
     cooldown_s: minimum time between two changes.
-    storm_memory_s: how long the level that caused a storm caps later raises.
+    storm_memory_s: how long the level that caused a storm (or broke ITL) caps later raises.
     """
 
     min_num_seqs: int = 8
@@ -149,6 +150,8 @@ class TunerState:
     last_change: float | None = None
     storm_level: int | None = None
     storm_until: float | None = None
+    itl_level: int | None = None  # max_num_batched_tokens at which ITL last broke its objective ...
+    itl_until: float | None = None  # ... remembered until then: TTFT raises stay below it
 
     def cooldown_left(self, spec: BudgetSpec, now: float) -> float:
         """Seconds until the tuner may change again; positive means it is "mid-adjustment"."""
@@ -232,6 +235,11 @@ def decide(spec: BudgetSpec, state: TunerState, view: FleetView | None, now: flo
         return TuneDecision(None, "TTFT and ITL objectives both missed: short of capacity, not a budget problem")
     if ttft_missed and waiting >= spec.min_waiting_per_replica and kv < spec.kv_high_water:
         raised = min(spec.max_num_batched_tokens, math.ceil(tokens * spec.batched_tokens_factor))
+        remembered = state.itl_level is not None and state.itl_until is not None and now < state.itl_until
+        if remembered and state.itl_level is not None and raised >= state.itl_level:
+            # Back up to where ITL broke would only flip-flop: TTFT is the autoscaler's now.
+            idle_note += f"TTFT p95 above SLO, but ITL broke at max_num_batched_tokens {state.itl_level}; "
+            raised = tokens
         if raised > tokens:
             return TuneDecision(
                 Budgets(seqs, raised),
@@ -258,9 +266,12 @@ def applied(spec: BudgetSpec, state: TunerState, decision: TuneDecision, now: fl
     if decision.budgets is None:
         return state
     storm_level, storm_until = state.storm_level, state.storm_until
+    itl_level, itl_until = state.itl_level, state.itl_until
     if decision.kind is TuneKind.LOWER_SEQS:
         storm_level, storm_until = state.budgets.max_num_seqs, now + spec.storm_memory_s
-    return TunerState(budgets=decision.budgets, last_change=now, storm_level=storm_level, storm_until=storm_until)
+    if decision.kind is TuneKind.LOWER_TOKENS:
+        itl_level, itl_until = state.budgets.max_num_batched_tokens, now + spec.storm_memory_s
+    return TunerState(decision.budgets, now, storm_level, storm_until, itl_level, itl_until)
 
 
 def _fmt(b: Budgets) -> str:

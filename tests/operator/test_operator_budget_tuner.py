@@ -127,6 +127,19 @@ def test_batched_tokens_follow_latency_objectives() -> None:
     assert decide(SPEC, START, view(kv=0.7, waiting=3, ttft=9.0, itl=0.9), now=0).budgets is None  # no SLOs set
 
 
+def test_tokens_do_not_flip_flop_between_ttft_and_itl() -> None:
+    ttft_bad = view(kv=0.7, waiting=3, ttft=2.0, itl=0.02)
+    itl_bad = view(kv=0.7, waiting=0, ttft=0.5, itl=0.09)
+    state = applied(SLO, START, d := decide(SLO, START, ttft_bad, now=0), now=0)
+    assert d.budgets == Budgets(64, 4096)
+    state = applied(SLO, state, d := decide(SLO, state, itl_bad, now=60), now=60)  # 4096 broke ITL
+    assert d.budgets == Budgets(64, 2048)
+    again = decide(SLO, state, ttft_bad, now=120)
+    assert again.budgets is None  # 2048 x 2 = 4096 is where ITL broke: not again within the memory
+    assert "ITL broke at max_num_batched_tokens 4096" in again.reason
+    assert decide(SLO, state, ttft_bad, now=60 + SLO.storm_memory_s).budgets == Budgets(64, 4096)
+
+
 def test_tokens_never_below_seqs() -> None:
     state = TunerState(Budgets(128, 256))
     d = decide(SLO, state, view(kv=0.7, itl=0.09), now=0)
