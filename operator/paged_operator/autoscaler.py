@@ -7,9 +7,10 @@ signal with a tolerance band and asymmetric stabilisation windows, and Knative's
   replica, (optionally) TTFT p95 against an SLO, and the use of the ``max_num_seqs`` budget
   (running / max_num_seqs, held to the KV target: when the budget caps the batch below what KV
   allows, KV usage understates load, a scale-down "to target" overloads the rest and the fleet
-  flaps, as the simulation showed). Each is turned into a *demand* in replicas
-  (``ready × value / target``); the largest demand wins, because any one saturated resource is
-  enough to hurt users.
+  flaps, as the simulation showed). Each is turned into a *demand* in replicas, mostly
+  ``ready × value / target``; the queue instead uses arrivals over completions (``_queue_signal``).
+  The largest demand wins, because any one saturated resource is enough to hurt users. A
+  scale-down keeps ``tolerance`` headroom, and one that had to be undone leaves a floor behind.
 * **Missing pods are not idle pods.** Per-replica values are means over the pods that answered,
   scaled to the ready count. When too few answered (``FleetView.degraded``) it may scale up
   but never down, since a partial view can hide load, not invent it. Nor does it scale down
