@@ -223,7 +223,10 @@ async def connect(target: KubeTarget) -> AsyncIterator[Kube]:
             context_ns = (loader.current_context or {}).get("context", {}).get("namespace")
             namespace = namespace or context_ns
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=configuration)
+            try:
+                config.load_incluster_config(client_configuration=configuration)
+            except ConfigException as exc:
+                raise KubeError(f"in-cluster configuration: {exc}") from None
             if not namespace and IN_CLUSTER_NAMESPACE_FILE.is_file():
                 namespace = IN_CLUSTER_NAMESPACE_FILE.read_text().strip()
         else:

@@ -322,3 +322,23 @@ def test_ctl_top_reads_live_engine_metrics(kube_admin: KubeClient, kube_namespac
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_ctl_uses_the_contexts_namespace_and_picks_contexts_like_kubectl(
+    kube_cluster: Any, kube_admin: KubeClient, kube_namespace: str, md_crd: str, tmp_path: Path
+) -> None:
+    kube_admin.create(collection(kube_namespace), doc("ctxmd"))
+    config = yaml.safe_load(kube_cluster.admin.write_kubeconfig(tmp_path / "one", namespace=kube_namespace).read_text())
+    # A second, current context pointing nowhere: only --context testbed reaches the cluster.
+    config["clusters"].append({"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1"}})
+    config["contexts"].append({"name": "broken", "context": {"cluster": "nowhere", "user": config["users"][0]["name"]}})
+    config["current-context"] = "broken"
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    runner = CliRunner()
+
+    current = runner.invoke(app, ["list", "--kubeconfig", str(path)])
+    assert current.exit_code == 4 and "cannot reach the Kubernetes API server at https://127.0.0.1:1" in current.stderr
+    chosen = runner.invoke(app, ["list", "-o", "json", "--context", "testbed"], env={"KUBECONFIG": str(path)})
+    assert chosen.exit_code == 0, chosen.output
+    assert [i["metadata"]["name"] for i in json.loads(chosen.stdout)["items"]] == ["ctxmd"]  # the context's namespace

@@ -97,3 +97,15 @@ def test_kubeconfig_errors(tmp_path: Path, args: list[str], env: dict[str, str] 
     result = CliRunner().invoke(app, ["get", *args], env=env)
     assert result.exit_code == 1, result.output
     assert message in result.stderr and "Traceback" not in result.output
+
+
+def test_without_any_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    result = CliRunner().invoke(app, ["get"])
+    assert result.exit_code == 1 and "no kubeconfig found" in result.stderr
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    in_pod = CliRunner().invoke(app, ["get"])
+    assert in_pod.exit_code == 1 and "in-cluster" in in_pod.stderr and "Traceback" not in in_pod.output
