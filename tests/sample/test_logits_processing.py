@@ -180,3 +180,23 @@ def test_seen_tokens_follow_the_output_incrementally():
     out = processed(base_logits(), [row])
     assert out[0, 20] == pytest.approx(base_logits()[0, 20].item() / 1.2)
     assert out[0, 9] == base_logits()[0, 9]
+
+
+@pytest.mark.parametrize("asking", [[0, 1, 2], [1]])
+def test_logprobs_of_untouched_greedy_batch(asking: list[int]):
+    logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(3))
+    rows = [
+        SamplingRow.create(SamplingParams(temperature=0.0, logprobs=2 if i in asking else None), [1]) for i in range(3)
+    ]
+    metadata = SamplingMetadata.build(rows, vocab_size=VOCAB)
+    output = Sampler()(logits.clone(), metadata)
+    reference = torch.log_softmax(logits, dim=-1)
+    assert output.sampled_token_ids.tolist() == logits.argmax(dim=-1).tolist()
+    for i, row_logprobs in enumerate(output.logprobs_per_row(metadata)):
+        if i not in asking:
+            assert row_logprobs is None
+            continue
+        top = torch.topk(reference[i], 2)
+        assert row_logprobs.token_ids == [int(logits[i].argmax()), *top.indices.tolist()]
+        assert row_logprobs.logprobs == pytest.approx([top.values[0].item(), *top.values.tolist()], abs=1e-5)
+        assert row_logprobs.ranks == [1, 1, 2]

@@ -33,17 +33,22 @@ class LogprobsTensors:
         )
 
 
-def gather_logprobs(logprobs: torch.Tensor, token_ids: torch.Tensor, num_logprobs: int) -> LogprobsTensors:
-    """From normalized ``logprobs``: the top-``num_logprobs`` plus the logprob and rank of ``token_ids[i]``."""
+def gather_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, num_logprobs: int) -> LogprobsTensors:
+    """Top-``num_logprobs`` plus the logprob and rank of ``token_ids[i]`` under ``log_softmax(logits[i])``.
+
+    Consumes ``logits`` (normalized in place): ``log_softmax`` would allocate and write a second
+    ``[rows, vocab]`` tensor only to read a handful of its values.
+    """
     chosen = token_ids.to(torch.int64).unsqueeze(1)
-    chosen_logprob = logprobs.gather(1, chosen)
-    # Rank: 1 + number of tokens strictly more likely.
-    chosen_rank = (logprobs > chosen_logprob).sum(dim=-1, keepdim=True) + 1
-    top_logprobs, top_ids = torch.topk(logprobs, num_logprobs, dim=-1)
-    top_ranks = torch.arange(1, num_logprobs + 1, device=logprobs.device).expand(logprobs.shape[0], -1)
+    chosen_logit = logits.gather(1, chosen)
+    chosen_rank = (logits > chosen_logit).sum(dim=-1, keepdim=True) + 1  # 1 + tokens strictly more likely
+    top_logits, top_ids = torch.topk(logits, num_logprobs, dim=-1)
+    peak = logits.amax(dim=-1, keepdim=True)
+    log_norm = peak + logits.sub_(peak).exp_().sum(dim=-1, keepdim=True).log_()
+    top_ranks = torch.arange(1, num_logprobs + 1, device=logits.device).expand(logits.shape[0], -1)
     return LogprobsTensors(
         token_ids=torch.cat([chosen, top_ids], dim=1),
-        logprobs=torch.cat([chosen_logprob, top_logprobs], dim=1),
+        logprobs=torch.cat([chosen_logit, top_logits], dim=1).sub_(log_norm),
         ranks=torch.cat([chosen_rank, top_ranks], dim=1),
     )
 
@@ -55,4 +60,4 @@ def prompt_logprobs(logits: torch.Tensor, next_token_ids: torch.Tensor, num_logp
     """
     if logits.shape[0] != next_token_ids.shape[0]:
         raise ValueError(f"{logits.shape[0]} rows of prompt logits but {next_token_ids.shape[0]} next tokens")
-    return gather_logprobs(torch.log_softmax(logits.float(), dim=-1), next_token_ids, num_logprobs)
+    return gather_logprobs(logits.float().clone(), next_token_ids, num_logprobs)

@@ -118,6 +118,11 @@ class SamplingMetadata:
     num_logprobs: list[int] = field(default_factory=list)  # per row; -1 when not asked
 
     @property
+    def modifies_logits(self) -> bool:
+        """Whether processing changes any logit before selection (penalties, bias, bans, allow-lists)."""
+        return any(x is not None for x in (self.penalties, self.logit_bias, self.banned_tokens, self.allowed_tokens))
+
+    @property
     def max_num_logprobs(self) -> int:
         return max(self.num_logprobs, default=-1)
 

@@ -42,9 +42,11 @@ class Sampler:
         if logits.dim() != 2 or logits.shape[0] != metadata.num_rows:
             raise ValueError(f"logits of shape {tuple(logits.shape)} for {metadata.num_rows} sampling rows")
         logits = logits.float()
-        raw_logprobs = None
-        if metadata.logprob_rows is not None:
-            raw_logprobs = torch.log_softmax(logits[metadata.logprob_rows], dim=-1)
+        # Logprobs describe the raw logits; keep a copy only if sampling is about to change them.
+        untouched = metadata.all_greedy and not metadata.modifies_logits
+        raw = None
+        if metadata.logprob_rows is not None and not untouched:
+            raw = logits[metadata.logprob_rows]
 
         process_logits(logits, metadata)
         if metadata.all_greedy:
@@ -59,7 +61,10 @@ class Sampler:
                 sampled[metadata.random_rows] = sample_random(logits[metadata.random_rows], rows)
 
         logprobs = None
-        if raw_logprobs is not None:
-            assert metadata.logprob_rows is not None
-            logprobs = gather_logprobs(raw_logprobs, sampled[metadata.logprob_rows], max(metadata.max_num_logprobs, 0))
+        if metadata.logprob_rows is not None:
+            if raw is None:
+                all_rows = metadata.logprob_rows.numel() == metadata.num_rows
+                raw = logits if all_rows else logits[metadata.logprob_rows]
+            chosen = sampled[metadata.logprob_rows]
+            logprobs = gather_logprobs(raw, chosen, max(metadata.max_num_logprobs, 0))
         return SamplerOutput(sampled_token_ids=sampled, logprobs=logprobs)
