@@ -400,3 +400,28 @@ def test_explain_without_decisions(fake: FakeKube) -> None:
     fake.objects["gemma"] = stored()
     result = invoke("explain", "gemma")
     assert result.exit_code == 0 and "No scaling decision recorded yet." in result.stdout
+
+
+def test_server_text_with_brackets_is_shown_verbatim(fake: FakeKube) -> None:
+    status = copy.deepcopy(STATUS)
+    status["conditions"][0]["message"] = "pods [a, b] not ready [/x]"
+    status["decisions"][0]["reason"] = "kv [bold]high[/bold]"
+    status["conditions"][1]["message"] = "capped at [max]"
+    fake.objects["gemma"] = stored(**status)
+    described = invoke("describe", "gemma")
+    assert described.exit_code == 0, described.output
+    assert "pods [a, b] not ready [/x]" in described.stdout and "kv [bold]high[/bold]" in described.stdout
+    explained = invoke("explain", "gemma")
+    assert "kv [bold]high[/bold]" in explained.stdout and "capped at [max]" in explained.stdout
+
+
+def test_errors_with_brackets_are_shown_verbatim(monkeypatch: pytest.MonkeyPatch) -> None:
+    @asynccontextmanager
+    async def refusing(target: KubeTarget) -> AsyncIterator[FakeKube]:
+        raise KubeError("refused: spec.resources.tolerations[0].effect: Unsupported value [/x]")
+        yield FakeKube()
+
+    monkeypatch.setattr(app_module, "connect", refusing)
+    result = invoke("list")
+    assert result.exit_code == 1
+    assert "refused: spec.resources.tolerations[0].effect: Unsupported value [/x]" in result.stderr

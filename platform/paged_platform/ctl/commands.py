@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 
 from paged_platform.api import ModelDeployment
 from paged_platform.api.spec import ReplicasSpec, SchedulerBudget
@@ -48,7 +49,7 @@ class UsageError(KubeError):
 
 def fail(message: str, code: int = ExitCode.ERROR, details: list[str] | None = None) -> typer.Exit:
     console = render.stderr()
-    console.print(f"[red]error:[/red] {message}", markup=True, soft_wrap=True)
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     for line in details or []:
         console.print(f"  {line}", markup=False, soft_wrap=True)
     return typer.Exit(int(code))

@@ -11,6 +11,7 @@ import yaml
 from pydantic.alias_generators import to_snake
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from paged_platform.api import AutoscalingTargets, ConditionType, ModelDeployment
@@ -113,7 +114,7 @@ def decisions_table(decisions: list[Decision]) -> Table:
     for column in ("TIME", "KIND", "FROM", "TO", "REASON"):
         table.add_column(column, overflow="fold")
     for d in decisions:
-        reason = f"{d.reason} [dim](dry run)[/dim]" if d.dry_run else d.reason
+        reason = f"{escape(d.reason)} [dim](dry run)[/dim]" if d.dry_run else escape(d.reason)
         table.add_row(d.time.strftime("%Y-%m-%d %H:%M:%S"), d.kind, d.from_.describe(), d.to.describe(), reason)
     return table
 
@@ -126,9 +127,10 @@ def describe(console: Console, md: ModelDeployment) -> None:
     lines = [
         f"[bold]Name:[/bold]        {md.metadata.name}",
         f"[bold]Namespace:[/bold]   {md.metadata.namespace or '-'}",
-        f"[bold]Model:[/bold]       {model.name} (served as {model.resolved_served_name})",
-        f"[bold]Engine:[/bold]      {spec.engine.image} dtype={spec.engine.dtype} blockSize={spec.engine.block_size}",
-        f"[bold]Endpoint:[/bold]    {status.endpoint or '-'}",
+        f"[bold]Model:[/bold]       {escape(model.name)} (served as {escape(model.resolved_served_name)})",
+        f"[bold]Engine:[/bold]      {escape(spec.engine.image)} dtype={spec.engine.dtype}"
+        f" blockSize={spec.engine.block_size}",
+        f"[bold]Endpoint:[/bold]    {escape(status.endpoint or '-')}",
         f"[bold]Replicas:[/bold]    {status.ready_replicas} ready, {status.desired_replicas} desired,"
         f" {status.replicas} current (min {spec.replicas.min}, max {spec.replicas.max})",
         f"[bold]Autoscaling:[/bold] {'on' if auto.enabled else 'off'}{' (dry run)' if auto.dry_run else ''}:"
@@ -159,7 +161,8 @@ def describe(console: Console, md: ModelDeployment) -> None:
     for column in ("TYPE", "STATUS", "REASON", "MESSAGE", "SINCE"):
         conditions.add_column(column, overflow="fold")
     for c in status.conditions:
-        conditions.add_row(c.type, c.status, c.reason, c.message, c.last_transition_time.strftime("%Y-%m-%d %H:%M:%S"))
+        since = c.last_transition_time.strftime("%Y-%m-%d %H:%M:%S")
+        conditions.add_row(c.type, c.status, c.reason, escape(c.message), since)
     console.print(conditions if status.conditions else "[dim]No conditions reported yet.[/dim]")
     console.print(decisions_table(status.decisions) if status.decisions else "[dim]No decisions recorded yet.[/dim]")
 
@@ -219,7 +222,7 @@ def top_table(rows: list[dict[str, Any]]) -> Table:
         table.add_column(column, no_wrap=True)
     for r in rows:
         if "error" in r:
-            table.add_row(r["pod"], f"[red]{r['error']}[/red]", *[""] * (len(TOP_COLUMNS) - 2))
+            table.add_row(r["pod"], f"[red]{escape(r['error'])}[/red]", *[""] * (len(TOP_COLUMNS) - 2))
             continue
         table.add_row(
             r["pod"],
@@ -283,7 +286,7 @@ def explain(console: Console, data: dict[str, Any]) -> None:
     else:
         verb = "would scale" if decision["dryRun"] else "scaled"
         console.print(f"At {decision['time']} the operator {verb} {decision['from']} -> {decision['to']} replicas:")
-        console.print(f"  {decision['reason']}")
+        console.print(f"  {escape(decision['reason'])}")
         if decision["signals"]:
             table = Table(box=box.SIMPLE, pad_edge=False)
             for column in ("SIGNAL", "OBSERVED", "TARGET", "OBSERVED/TARGET"):
@@ -291,8 +294,8 @@ def explain(console: Console, data: dict[str, Any]) -> None:
             for s in decision["signals"]:
                 ratio = s["ratio"]
                 shown = "-" if ratio is None else (f"[red]{ratio:.2f}[/red]" if ratio > 1 else f"{ratio:.2f}")
-                table.add_row(s["signal"], num(s["observed"], 3), num(s["target"], 3), shown)
+                table.add_row(escape(s["signal"]), num(s["observed"], 3), num(s["target"], 3), shown)
             console.print(table)
     if data["scalingLimited"]:
         limited = data["scalingLimited"]
-        console.print(f"[yellow]Scaling limited[/yellow] ({limited['reason']}): {limited['message']}")
+        console.print(f"[yellow]Scaling limited[/yellow] ({limited['reason']}): {escape(limited['message'])}")
