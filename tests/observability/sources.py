@@ -118,15 +118,32 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+_MATCHER_LABEL = re.compile(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)")
+_LIST_LABELS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+
+
+def label_names(expr: str) -> set[str]:
+    """Label names an expression matches on or groups by (not those label_replace writes)."""
+    text = _STRING.sub('""', expr)
+    names = {m.group(1) for block in re.findall(r"\{[^}]*\}", text) for m in _MATCHER_LABEL.finditer(block)}
+    for group in _LIST_LABELS.findall(text):
+        names.update(label.strip() for label in group.split(",") if label.strip())
+    return names
+
+
+def expressions() -> list[tuple[str, str]]:
+    """(where, PromQL) for every rule and every dashboard query, dashboard variables replaced."""
+    found = [(f"rule {rule.get('alert') or rule.get('record')}", rule["expr"]) for rule in all_rules()]
+    found += [(f"{q.dashboard}: {q.where}", as_promql(q.expr)) for q in dashboard_queries()]
+    return found
+
+
 def names_used() -> dict[str, set[str]]:
     """Metric name -> where it is used ("rule X", "dashboard.json: panel"), over all rules and dashboards."""
     used: dict[str, set[str]] = {}
-    for rule in all_rules():
-        for name in metric_names(rule["expr"]):
-            used.setdefault(name, set()).add(f"rule {rule.get('alert') or rule.get('record')}")
-    for query in dashboard_queries():
-        for name in metric_names(as_promql(query.expr)):
-            used.setdefault(name, set()).add(f"{query.dashboard}: {query.where}")
+    for where, expr in expressions():
+        for name in metric_names(expr):
+            used.setdefault(name, set()).add(where)
     return used
 
 

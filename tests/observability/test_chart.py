@@ -56,6 +56,17 @@ def test_prometheus_rule_jobs_and_labels_come_from_values(helm: Path) -> None:
     assert rule["spec"]["groups"] == _source_groups("team-a/engines", "ops")
 
 
+def test_rendered_rules_pass_promtool(helm: Path, promtool: Path, tmp_path: Path) -> None:
+    """The job rewrite keeps the rules valid, also for a job name with characters PromQL strings must carry."""
+    values = {**ON, "monitoring.prometheusRule.engineJob": "team-a/paged-engine"}
+    objects = render_chart(helm, CHART, "paged", "paged-system", set_values=values)
+    (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
+    path = tmp_path / "rendered.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    run_tool(promtool, "check", "rules", path)
+    assert 'up{job="team-a/paged-engine"} == 0' in path.read_text()
+
+
 def test_dashboard_configmaps_hold_the_dashboards_for_the_grafana_sidecar(helm: Path) -> None:
     values = {
         **ON,

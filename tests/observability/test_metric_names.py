@@ -9,11 +9,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.observability.sources import exported_names, names_used, pending_operator_names, recorded_names
+from tests.observability.sources import (
+    exported_names,
+    expressions,
+    label_names,
+    metric_names,
+    names_used,
+    pending_operator_names,
+    recorded_names,
+)
 from tests.server.conftest import MODEL_NAME, start_server
 
 #: Series Prometheus itself makes for each scrape target.
 PROMETHEUS_SYNTHETIC = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped"})
+#: Labels Prometheus' scrape configuration adds to engine series (Kubernetes service discovery), and ``le``.
+TARGET_LABELS = frozenset({"namespace", "pod", "job", "instance", "le"})
 
 
 def _raw_names() -> dict[str, set[str]]:
@@ -68,3 +78,9 @@ def test_engine_names_exist_in_a_live_scrape(tiny_gemma_dir: Path, tmp_path: Pat
     labelled = {s.name for f in families for s in f.samples if s.labels.get("model_name") == MODEL_NAME}
     unlabelled = {name for name in engine_used if name not in labelled}
     assert not unlabelled, f"engine series without model_name={MODEL_NAME!r}: {sorted(unlabelled)}"
+    engine_labels = {label for f in families if f.name.startswith("paged_") for s in f.samples for label in s.labels}
+    for where, expr in expressions():
+        names = metric_names(expr)
+        if names and all(name in engine_used for name in names):
+            unknown = label_names(expr) - engine_labels - TARGET_LABELS
+            assert not unknown, f"{where} uses labels the engine does not export: {sorted(unknown)}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.observability.sources import as_promql, exported_names, metric_names, slug
+from tests.observability.sources import as_promql, exported_names, label_names, metric_names, slug
 
 
 def test_metric_names_skip_functions_keywords_labels_and_strings() -> None:
@@ -39,3 +39,11 @@ def test_exported_names_include_labelled_metrics_without_children() -> None:
 def test_slug_matches_github_anchors() -> None:
     assert slug(" PagedTTFTAboveSLO") == "pagedttftaboveslo"
     assert slug("Operator down: what to do") == "operator-down-what-to-do"
+
+
+def test_label_names_from_matchers_and_groupings() -> None:
+    expr = (
+        'sum by (pod, le) (rate(x{namespace=~"a", model_name!="b"}[5m])) / on (pod) group_left (node) '
+        'label_replace(y{job="j,k=v"}, "written", "$1", "read", "(.+)")'
+    )
+    assert label_names(expr) == {"pod", "le", "namespace", "model_name", "node", "job"}
