@@ -103,3 +103,26 @@ def test_every_recording_rule_is_used() -> None:
     """A recorded series nobody reads costs Prometheus for nothing."""
     unused = recorded_names() - set(names_used())
     assert not unused, f"recorded but used by no rule or dashboard: {sorted(unused)}"
+
+
+def _runbook_sections() -> dict[str, str]:
+    """Level-2 heading -> its text, from docs/runbooks.md."""
+    sections: dict[str, str] = {}
+    for chunk in RUNBOOKS.read_text().split("\n## ")[1:]:
+        heading, _, body = chunk.partition("\n")
+        sections[heading.strip()] = body
+    return sections
+
+
+@pytest.mark.parametrize("alert", ALERT_NAMES)
+def test_runbook_says_what_it_means_how_to_confirm_and_what_to_do(alert: str) -> None:
+    body = _runbook_sections()[alert]
+    for part in ("**Meaning.**", "**Confirm.**", "**Act.**"):
+        assert part in body, f"runbook section {alert} has no {part}"
+    confirm = body.split("**Confirm.**", 1)[1].split("**Act.**", 1)[0]
+    assert "paged-ctl" in confirm or "kubectl" in confirm, f"{alert}: confirm with a command"
+    assert any(name in confirm for name in ("paged_", "paged:", "up{")), f"{alert}: confirm with a PromQL query"
+
+
+def test_runbooks_have_no_section_without_an_alert() -> None:
+    assert set(_runbook_sections()) == set(ALERT_NAMES)
