@@ -139,3 +139,12 @@ def test_argument_checks() -> None:
         ControllerSpec(autoscaling=None, budget=None, rate_window_s=0)
     with pytest.raises(ValueError, match=r"min_reporting_fraction must be in \(0, 1\], got 1.5"):
         ControllerSpec(autoscaling=None, budget=None, min_reporting_fraction=1.5)
+
+
+def test_scaling_limited_at_max() -> None:
+    capped = AutoscalingPolicySpec(**{**SCALE.__dict__, "max_replicas": 2})
+    spec = ControllerSpec(autoscaling=capped, budget=None)
+    (plan,), _ = rounds(spec, initial_state(spec, None), [obs(0, {"a": {"kv": 1.0}, "b": {"kv": 1.0}})])
+    limited = next(c for c in plan.conditions if c.type == "ScalingLimited")
+    assert (limited.status, limited.reason) == ("True", "AtMaxReplicas") and "at max_replicas 2" in limited.message
+    assert plan.replicas is None

@@ -167,3 +167,17 @@ def test_prometheus_rejects_names_it_cannot_quote() -> None:
     assert source.selector([PodTarget("a", "")]) == '{namespace="we\\"ird",pod=~"a"}'
     with pytest.raises(ValueError, match=re.escape("pod name 'A|.*' is not a valid Kubernetes name")):
         source.selector([PodTarget("A|.*", "")])
+
+
+async def test_slow_prometheus_fails_the_round_within_its_timeout(server: Server) -> None:
+    async def hang(_: dict) -> tuple[int, str]:
+        await server.release.wait()
+        return 200, vector([])
+
+    server.routes = {"/api/v1/query": hang}
+    async with httpx.AsyncClient() as client:
+        source = PrometheusSource(client, server.url(""), labels={}, timeout_s=0.3)
+        started = time.monotonic()
+        result = await source.collect([PodTarget("a", "")])
+    assert time.monotonic() - started < 2.0
+    assert result.samples == () and result.failures["a"].startswith("Prometheus query failed")
