@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from paged_operator.arbiter import Action, ArbiterSpec, ArbiterState, arbitrate
 from paged_operator.autoscaler import ScaleDecision
 from paged_operator.budget_tuner import Budgets, TuneDecision, TuneKind
@@ -91,3 +93,20 @@ def test_deferral_clock_resets_when_scale_up_is_no_longer_wanted() -> None:
 def test_spec_validation() -> None:
     with pytest.raises(ValueError, match="max_scale_up_deferral_s must be non-negative, got -1"):
         ArbiterSpec(max_scale_up_deferral_s=-1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["lower", "raise", "none"]), st.booleans(), st.booleans()), min_size=1))
+def test_a_wanted_scale_up_never_waits_past_the_bound(ticks: list[tuple[str, bool, bool]]) -> None:
+    """Whatever the tuner proposes tick after tick, a scale-up wanted throughout happens within the bound."""
+    proposals = {"lower": LOWER, "raise": RAISE, "none": NO_TUNE}
+    state, waited_since = ArbiterState(), 0.0
+    for i, (proposal, cooling, panic) in enumerate(ticks):
+        now = i * 10.0
+        verdict, state = arbitrate(
+            SPEC, state, PANIC if panic else UP, proposals[proposal], tuner_cooling=cooling, now=now
+        )
+        if verdict.action is Action.SCALE:
+            waited_since = now + 10.0
+        else:
+            assert now - waited_since < SPEC.max_scale_up_deferral_s
