@@ -17,9 +17,12 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from paged_platform.api import CRD_NAME, ModelDeployment, ModelDeploymentStatus
 from paged_platform.crd import crd
 from paged_platform.ctl import app
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from conftest import EXAMPLES
@@ -342,3 +345,87 @@ def test_ctl_uses_the_contexts_namespace_and_picks_contexts_like_kubectl(
     chosen = runner.invoke(app, ["list", "-o", "json", "--context", "testbed"], env={"KUBECONFIG": str(path)})
     assert chosen.exit_code == 0, chosen.output
     assert [i["metadata"]["name"] for i in json.loads(chosen.stdout)["items"]] == ["ctxmd"]  # the context's namespace
+
+
+def _maybe(key: str, strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.one_of(st.just({}), strategy.map(lambda v: {key: v}))
+
+
+SPECS = st.fixed_dictionaries(
+    {},
+    optional={
+        "replicas": st.fixed_dictionaries({}, optional={"min": st.integers(-1, 6), "max": st.integers(0, 6)}),
+        "autoscaling": st.fixed_dictionaries(
+            {},
+            optional={
+                "targets": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "kvCacheUsage": st.sampled_from([0, 0.5, 1, 1.01]),
+                        "ttftP95Seconds": st.sampled_from([0, 0.25, 601]),
+                    },
+                ),
+                "scaleDown": st.fixed_dictionaries({}, optional={"maxStep": st.integers(0, 2)}),
+            },
+        ),
+        "engine": st.fixed_dictionaries(
+            {},
+            optional={
+                "blockSize": st.sampled_from([8, 16, 24]),
+                "kvCacheMemory": st.sampled_from(["2Gi", "500m", 3, "2 GB", -1]),
+                "dtype": st.sampled_from(["auto", "int4"]),
+            },
+        ),
+        "schedulerBudget": st.fixed_dictionaries(
+            {},
+            optional={
+                "maxNumSeqs": st.sampled_from([1, 64, 300, 5000]),
+                "maxNumBatchedTokens": st.sampled_from([16, 256, 2048, 20000]),
+                "adaptive": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "enabled": st.booleans(),
+                        "maxNumSeqs": st.fixed_dictionaries(
+                            {}, optional={"min": st.sampled_from([1, 100]), "max": st.sampled_from([50, 256])}
+                        ),
+                    },
+                ),
+            },
+        ),
+        "rollout": st.fixed_dictionaries(
+            {}, optional={"maxSurge": st.sampled_from([0, 1, "0%", "25%", "x"]), "maxUnavailable": st.just(0)}
+        ),
+        "model": st.fixed_dictionaries(
+            {},
+            optional={
+                "name": st.sampled_from(["default", "Qwen/Qwen2.5-0.5B", "/models/q", "/data/q", "bad name"]),
+                "volume": st.fixed_dictionaries(
+                    {"claimName": st.sampled_from(["w", "Bad_Claim"])},
+                    optional={"mountPath": st.sampled_from(["/models", "/data/"])},
+                ),
+            },
+        ),
+    },
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=SPECS)
+def test_server_and_pydantic_agree_on_random_specs(
+    kube_admin: KubeClient, kube_namespace: str, md_crd: str, spec: dict[str, Any]
+) -> None:
+    """The single-source claim, sampled: the API server accepts exactly what pydantic accepts, and stores what
+    pydantic's defaults give."""
+    manifest = doc("fuzz", **spec)
+    try:
+        expected = ModelDeployment.model_validate(manifest).spec.to_wire()
+    except ValidationError:
+        expected = None
+    try:
+        created = kube_admin.request("POST", collection(kube_namespace), manifest, params={"dryRun": "All"})
+    except ApiError as exc:
+        assert expected is None, f"server refused what pydantic accepts: {exc.message}"
+        assert exc.code == 422, exc
+        return
+    assert expected is not None, f"server accepted what pydantic refuses: {spec}"
+    assert created["spec"] == expected

@@ -84,6 +84,7 @@ def test_int_or_string_values() -> None:
         assert props[name]["anyOf"] == [{"type": "integer"}, {"type": "string"}]
         assert "type" not in props[name]
     assert props["memory"]["default"] == "1Gi"
+    assert props["memory"]["minimum"] == 0 and props["surge"]["minimum"] == 0  # the integer form, like the pattern
 
 
 def test_lists_and_cel_rules() -> None:

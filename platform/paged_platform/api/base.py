@@ -99,7 +99,12 @@ _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 PERCENT_PATTERN = r"^[0-9]+%$"
 _PERCENT_RE = re.compile(PERCENT_PATTERN)
 
-_INT_OR_STRING_SCHEMA = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+# `pattern` constrains the string form and `minimum` the integer form (each applies to its own type only).
+_INT_OR_STRING_SCHEMA = {
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "x-kubernetes-int-or-string": True,
+    "minimum": 0,
+}
 
 
 def _quantity(value: Any) -> int | str:
