@@ -75,8 +75,8 @@ def test_add_bos_false_and_eot_key(tmp_path: Path):
 
 
 def test_unsupported_model_and_bad_ids_are_refused():
-    with pytest.raises(UnsupportedTokenizerError, match="'gpt2' is not supported"):
-        convert_gguf_tokenizer(tiny_metadata(**{"tokenizer.ggml.model": "gpt2"}))
+    with pytest.raises(UnsupportedTokenizerError, match="'t5' is not supported"):
+        convert_gguf_tokenizer(tiny_metadata(**{"tokenizer.ggml.model": "t5"}))
     size = len(tiny_metadata()["tokenizer.ggml.tokens"])
     with pytest.raises(ValueError, match=rf"bos_token_id = 9999 is outside the vocabulary \[0, {size}\)"):
         convert_gguf_tokenizer(tiny_metadata(**{"tokenizer.ggml.bos_token_id": 9999}))

@@ -15,10 +15,10 @@ folders serves GGUF models too, and the seconds of conversion are paid once per 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
 
 # llama.cpp token types (tokenizer.ggml.token_type).
@@ -29,7 +29,9 @@ SPIECE_SPACE = "\u2581"
 # Control tokens that end a turn in chat models; llama.cpp also treats these as end of generation.
 END_OF_TURN_TOKENS = ("<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<EOT>")
 
-TOKENIZER_ARRAYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"})
+TOKENIZER_ARRAYS = frozenset(
+    {"tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"}
+)
 
 
 class UnsupportedTokenizerError(ValueError):
@@ -46,25 +48,20 @@ class ConvertedTokenizer:
     add_eos_token: bool
     eos_token_ids: list[int]  # every id that ends generation, the primary EOS first
     chat_template: str | None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def convert_gguf_tokenizer(metadata: dict[str, Any]) -> ConvertedTokenizer:
     """Convert from metadata read with ``read_gguf_metadata(path, TOKENIZER_ARRAYS)``."""
     model = metadata.get("tokenizer.ggml.model")
-    if model != "llama":
+    if model not in _BUILDERS:
         raise UnsupportedTokenizerError(
-            f"GGUF tokenizer model {model!r} is not supported; supported: 'llama' (SentencePiece BPE). "
+            f"GGUF tokenizer model {model!r} is not supported; supported: {sorted(_BUILDERS)}. "
             "Point the engine at a Hugging Face folder with a tokenizer.json instead."
         )
     tokens: list[str] = metadata["tokenizer.ggml.tokens"]
     types = [int(t) for t in metadata.get("tokenizer.ggml.token_type", [NORMAL] * len(tokens))]
     if len(types) != len(tokens):
         raise ValueError(f"GGUF has {len(tokens)} tokens but {len(types)} token types")
-    spelled = [_respell(token) for token in tokens]
-    vocab: dict[str, int] = {}
-    for index, token in enumerate(spelled):
-        vocab.setdefault(token, index)
 
     def special(key: str) -> int | None:
         value = metadata.get(f"tokenizer.ggml.{key}")
@@ -73,45 +70,23 @@ def convert_gguf_tokenizer(metadata: dict[str, Any]) -> ConvertedTokenizer:
         return None if value is None else int(value)
 
     unk_id = special("unknown_token_id")
-    tokenizer = Tokenizer(
-        BPE(
-            vocab=vocab,
-            merges=_merges(spelled, vocab),
-            unk_token=tokens[unk_id] if unk_id is not None else None,
-            fuse_unk=True,
-            byte_fallback=True,
-        )
+    tokenizer, vocab_spelling, default_add_bos = _BUILDERS[model](
+        metadata, tokens, tokens[unk_id] if unk_id is not None else None
     )
-    decoder_steps = [decoders.Replace(SPIECE_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
-    if metadata.get("tokenizer.ggml.add_space_prefix", True):
-        # Llama-2 style: a space marker before the first word only, stripped again on decode.
-        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
-            replacement=SPIECE_SPACE, prepend_scheme="first", split=False
-        )
-        decoder_steps.append(decoders.Strip(content=" ", left=1, right=0))
-    else:
-        tokenizer.normalizer = normalizers.Replace(" ", SPIECE_SPACE)
-    tokenizer.decoder = decoders.Sequence(decoder_steps)
-
     # Control tokens are matched whole and are special (skipped on decode); user-defined ones are matched
-    # whole but are text. Whitespace runs that were respelled go through BPE like the rest of the text.
-    tokenizer.add_special_tokens(
-        [
-            AddedToken(tok, special=True, normalized=False)
-            for tok, kind in zip(tokens, types, strict=True)
-            if kind == CONTROL
-        ]
-    )
+    # whole but are text. (SentencePiece whitespace runs, respelled for the vocabulary, go through BPE.)
+    control = [tok for tok, kind in zip(tokens, types, strict=True) if kind == CONTROL]
+    tokenizer.add_special_tokens([AddedToken(tok, special=True, normalized=False) for tok in control])
     tokenizer.add_tokens(
         [
             AddedToken(tok, special=False, normalized=False)
-            for tok, respelled, kind in zip(tokens, spelled, types, strict=True)
-            if kind == USER_DEFINED and tok == respelled
+            for tok, spelled, kind in zip(tokens, vocab_spelling, types, strict=True)
+            if kind == USER_DEFINED and tok == spelled
         ]
     )
 
     bos_id, eos_id = special("bos_token_id"), special("eos_token_id")
-    add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", True))  # llama.cpp's default for SentencePiece
+    add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", default_add_bos))
     add_eos = bool(metadata.get("tokenizer.ggml.add_eos_token", False))
     tokenizer.post_processor = bos_eos_processor(
         tokens[bos_id] if add_bos and bos_id is not None else None,
@@ -128,6 +103,81 @@ def convert_gguf_tokenizer(metadata: dict[str, Any]) -> ConvertedTokenizer:
         eos_token_ids=_end_of_generation_ids(metadata, tokens, types, eos_id),
         chat_template=metadata.get("tokenizer.chat_template"),
     )
+
+
+def _sentencepiece(metadata: dict[str, Any], tokens: list[str], unk: str | None) -> tuple[Tokenizer, list[str], bool]:
+    """SentencePiece BPE with byte fallback; merges recovered from the vocabulary (the file has none)."""
+    spelled = [_respell(token) for token in tokens]
+    vocab = _vocab(spelled)
+    tokenizer = Tokenizer(
+        BPE(vocab=vocab, merges=_merges(spelled, vocab), unk_token=unk, fuse_unk=True, byte_fallback=True)
+    )
+    decoder_steps = [decoders.Replace(SPIECE_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if metadata.get("tokenizer.ggml.add_space_prefix", True):
+        # Llama-2 style: a space marker before the first word only, stripped again on decode.
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(SPIECE_SPACE, prepend_scheme="first", split=False)
+        decoder_steps.append(decoders.Strip(content=" ", left=1, right=0))
+    else:
+        tokenizer.normalizer = normalizers.Replace(" ", SPIECE_SPACE)
+    tokenizer.decoder = decoders.Sequence(decoder_steps)
+    return tokenizer, spelled, True  # llama.cpp adds BOS to SentencePiece vocabularies unless told otherwise
+
+
+def _byte_level(metadata: dict[str, Any], tokens: list[str], unk: str | None) -> tuple[Tokenizer, list[str], bool]:
+    """GPT-2 style byte-level BPE (Llama 3, Qwen ...): merges are in the file, the split regex is named by
+    ``tokenizer.ggml.pre``."""
+    merges = metadata.get("tokenizer.ggml.merges")
+    if not merges:
+        raise ValueError("a byte-level BPE GGUF must list tokenizer.ggml.merges")
+    pre = metadata.get("tokenizer.ggml.pre", "default")
+    if pre not in BYTE_LEVEL_SPLITS:
+        raise UnsupportedTokenizerError(
+            f"GGUF pre-tokenizer {pre!r} is not supported; supported: {sorted(BYTE_LEVEL_SPLITS)}"
+        )
+    pairs = [tuple(merge.split(" ", 1)) for merge in merges]
+    tokenizer = Tokenizer(BPE(vocab=_vocab(tokens), merges=pairs, unk_token=unk, fuse_unk=False, byte_fallback=False))
+    split = BYTE_LEVEL_SPLITS[pre]
+    if split is None:  # GPT-2's own pattern, built into the ByteLevel pre-tokenizer
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer, tokens, False
+
+
+def _vocab(tokens: Sequence[str]) -> dict[str, int]:
+    vocab: dict[str, int] = {}
+    for index, token in enumerate(tokens):
+        vocab.setdefault(token, index)  # a token spelled twice keeps its first id
+    return vocab
+
+
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# llama.cpp's pre-tokenizer names -> the regex that splits text before byte-level BPE (None: GPT-2's own).
+BYTE_LEVEL_SPLITS: dict[str, str | None] = {
+    "default": None,
+    "gpt-2": None,
+    "gpt2": None,
+    "llama3": _LLAMA3_SPLIT,
+    "llama-v3": _LLAMA3_SPLIT,
+    "llama-bpe": _LLAMA3_SPLIT,
+    "smaug-bpe": _LLAMA3_SPLIT,
+    "qwen2": _QWEN2_SPLIT,
+    "deepseek-r1-qwen": _QWEN2_SPLIT,
+}
+
+_BUILDERS = {"llama": _sentencepiece, "gpt2": _byte_level}
 
 
 def bos_eos_processor(
