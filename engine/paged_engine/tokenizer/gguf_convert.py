@@ -5,11 +5,12 @@ special ids as metadata. For ``tokenizer.ggml.model == "llama"`` (SentencePiece 
 Llama 2, Gemma 1-3, Mistral v1 ...) the file lists no merges either; they are recovered from the vocabulary:
 every way of cutting a token into two tokens is a merge, ranked by the token's position in the file (which
 is SentencePiece's merge order; Gemma's scores put the multi-space tokens last although they merge first).
-This is the same tokenizer transformers builds from the file (``AutoTokenizer.from_pretrained(...,
-gguf_file=...)``), checked token-for-token in ``tests/tokenizer``.
+For ``"gpt2"`` (byte-level BPE: Llama 3, Qwen ...) the merges are in the file and ``tokenizer.ggml.pre``
+names the regex that splits text first. Either way this is the tokenizer transformers builds from the file
+(``AutoTokenizer.from_pretrained(..., gguf_file=...)``), checked token-for-token in ``tests/tokenizer``.
 
-The result is written out as a Hugging Face tokenizer folder (see ``cache.py``), so the one loading path for
-folders serves GGUF models too, and the seconds of conversion are paid once per file.
+The result is written out as a Hugging Face tokenizer folder (see ``loader.py``), so the one loading path
+for folders serves GGUF models too, and the seconds of conversion are paid once per file.
 """
 
 from __future__ import annotations
