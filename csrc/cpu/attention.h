@@ -146,59 +146,72 @@ inline int64_t partial_slot_floats(int max_rows, int head_dim) {
   return static_cast<int64_t>(max_rows) * (head_dim + 2);
 }
 
-// Independent accumulators per row for NR rows: enough chains to keep the FMA pipes busy when NR is small
-// (decode with MHA has a single row), and a divisor of the head's 8-float chunks.
-template <int NR, int D>
-constexpr int accumulator_chains() {
-  for (int cb = NR >= 4 ? 1 : 4 / NR; cb > 1; cb /= 2) {
+// Independent accumulator chains per (row, key) so the FMA pipes stay busy: `rows_keys` products share the
+// chunk loop, and the chain count must divide the head's 8-float chunks.
+template <int D>
+constexpr int chains_for(int wanted) {
+  for (int cb = wanted; cb > 1; cb /= 2) {
     if ((D / 8) % cb == 0) return cb;
   }
   return 1;
 }
 
-// NR query rows against one key: out[i * out_stride] = dot(q_i, k).
-template <int NR, int D, typename T>
-inline void dot_rows(const float* q, const T* k, float* out, int out_stride) {
-#if PAGED_AVX2
-  constexpr int CB = accumulator_chains<NR, D>();
+// NR query rows against NK consecutive keys (k_stride apart): out[i * out_stride + kk] = dot(q_i, k_kk).
+// Each loaded K chunk feeds NR FMAs and each Q chunk NK, so loads per FMA fall as the tile grows.
+template <int NR, int NK, int D, typename T>
+inline void dot_tile(const float* q, const T* k, int64_t k_stride, float* out, int out_stride) {
   static_assert(D % 8 == 0, "head_dim must be a multiple of 8");
-  __m256 acc[NR][CB];
+#if PAGED_AVX2
+  constexpr int CB = chains_for<D>(NR * NK >= 4 ? 1 : 4 / (NR * NK));
+  __m256 acc[NR][NK][CB];
   for (int i = 0; i < NR; ++i)
-    for (int b = 0; b < CB; ++b) acc[i][b] = _mm256_setzero_ps();
+    for (int kk = 0; kk < NK; ++kk)
+      for (int b = 0; b < CB; ++b) acc[i][kk][b] = _mm256_setzero_ps();
   for (int c = 0; c < D; c += 8 * CB) {
     for (int b = 0; b < CB; ++b) {
-      const __m256 kv = load8(k + c + 8 * b);
-      for (int i = 0; i < NR; ++i) acc[i][b] = _mm256_fmadd_ps(_mm256_loadu_ps(q + i * D + c + 8 * b), kv, acc[i][b]);
+      __m256 kv[NK];
+      for (int kk = 0; kk < NK; ++kk) kv[kk] = load8(k + kk * k_stride + c + 8 * b);
+      for (int i = 0; i < NR; ++i) {
+        const __m256 qv = _mm256_loadu_ps(q + i * D + c + 8 * b);
+        for (int kk = 0; kk < NK; ++kk) acc[i][kk][b] = _mm256_fmadd_ps(qv, kv[kk], acc[i][kk][b]);
+      }
     }
   }
   for (int i = 0; i < NR; ++i) {
-    __m256 s = acc[i][0];
-    for (int b = 1; b < CB; ++b) s = _mm256_add_ps(s, acc[i][b]);
-    out[i * out_stride] = hsum(s);
+    for (int kk = 0; kk < NK; ++kk) {
+      __m256 s = acc[i][kk][0];
+      for (int b = 1; b < CB; ++b) s = _mm256_add_ps(s, acc[i][kk][b]);
+      out[i * out_stride + kk] = hsum(s);
+    }
   }
 #else
   for (int i = 0; i < NR; ++i) {
-    float s = 0.0f;
-    for (int c = 0; c < D; ++c) s += q[i * D + c] * to_float(k[c]);
-    out[i * out_stride] = s;
+    for (int kk = 0; kk < NK; ++kk) {
+      float s = 0.0f;
+      for (int c = 0; c < D; ++c) s += q[i * D + c] * to_float(k[kk * k_stride + c]);
+      out[i * out_stride + kk] = s;
+    }
   }
 #endif
 }
 
-// acc_i += sum_j p[i * p_stride + j] * v_j over n value rows, for NR query rows.
+// acc_i += sum_j p[i * p_stride + j] * v_j over n value rows, for NR query rows. CB chunks per pass give each
+// broadcast weight CB FMAs and the short-NR cases enough independent chains.
 template <int NR, int D, typename T>
 inline void axpy_rows(const float* p, int p_stride, const T* v, int64_t v_stride, int n, float* acc) {
 #if PAGED_AVX2
-  constexpr int CB = accumulator_chains<NR, D>();
+  constexpr int CB = chains_for<D>(NR >= 2 ? 2 : 4);
   for (int c = 0; c < D; c += 8 * CB) {
     __m256 a[NR][CB];
     for (int i = 0; i < NR; ++i)
       for (int b = 0; b < CB; ++b) a[i][b] = _mm256_loadu_ps(acc + i * D + c + 8 * b);
     for (int j = 0; j < n; ++j) {
       const T* vj = v + j * v_stride + c;
-      for (int b = 0; b < CB; ++b) {
-        const __m256 vv = load8(vj + 8 * b);
-        for (int i = 0; i < NR; ++i) a[i][b] = _mm256_fmadd_ps(_mm256_set1_ps(p[i * p_stride + j]), vv, a[i][b]);
+      __m256 vv[CB];
+      for (int b = 0; b < CB; ++b) vv[b] = load8(vj + 8 * b);
+      for (int i = 0; i < NR; ++i) {
+        const __m256 w = _mm256_set1_ps(p[i * p_stride + j]);
+        for (int b = 0; b < CB; ++b) a[i][b] = _mm256_fmadd_ps(w, vv[b], a[i][b]);
       }
     }
     for (int i = 0; i < NR; ++i)
@@ -213,22 +226,27 @@ inline void axpy_rows(const float* p, int p_stride, const T* v, int64_t v_stride
 #endif
 }
 
-// Row loops in groups of four; the remainder goes through a narrower instantiation.
-template <int D, typename T>
-inline void block_scores(const float* q, int rows, const T* k, int64_t k_stride, int n, float* s, int s_stride) {
-  for (int j = 0; j < n; ++j) {
-    const T* kj = k + j * k_stride;
-    int r = 0;
-    for (; r + 4 <= rows; r += 4) dot_rows<4, D>(q + r * D, kj, s + r * s_stride + j, s_stride);
-    switch (rows - r) {
-      case 3: dot_rows<3, D>(q + r * D, kj, s + r * s_stride + j, s_stride); break;
-      case 2: dot_rows<2, D>(q + r * D, kj, s + r * s_stride + j, s_stride); break;
-      case 1: dot_rows<1, D>(q + r * D, kj, s + r * s_stride + j, s_stride); break;
-      default: break;
-    }
+// Scores of `rows` query rows against keys [0, n): tiles of 4 rows x 2 keys, with narrower tiles at the edges.
+template <int NK, int D, typename T>
+inline void score_keys(const float* q, int rows, const T* k, int64_t k_stride, float* s, int s_stride) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) dot_tile<4, NK, D>(q + r * D, k, k_stride, s + r * s_stride, s_stride);
+  switch (rows - r) {
+    case 3: dot_tile<3, NK, D>(q + r * D, k, k_stride, s + r * s_stride, s_stride); break;
+    case 2: dot_tile<2, NK, D>(q + r * D, k, k_stride, s + r * s_stride, s_stride); break;
+    case 1: dot_tile<1, NK, D>(q + r * D, k, k_stride, s + r * s_stride, s_stride); break;
+    default: break;
   }
 }
 
+template <int D, typename T>
+inline void block_scores(const float* q, int rows, const T* k, int64_t k_stride, int n, float* s, int s_stride) {
+  int j = 0;
+  for (; j + 2 <= n; j += 2) score_keys<2, D>(q, rows, k + j * k_stride, k_stride, s + j, s_stride);
+  if (j < n) score_keys<1, D>(q, rows, k + j * k_stride, k_stride, s + j, s_stride);
+}
+
+// Value accumulation in row groups of four; the remainder goes through a narrower instantiation.
 template <int D, typename T>
 inline void block_accumulate(const float* p, int rows, int p_stride, const T* v, int64_t v_stride, int n,
                              float* acc) {
