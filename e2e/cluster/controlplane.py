@@ -26,6 +26,8 @@ POD_CIDR_BASE = "127.1"
 NODE_IP = "127.0.0.1"
 # Only written into Service objects: nothing routes there (no kube-proxy), but the API server needs a range.
 SERVICE_CIDR = "10.96.0.0/24"
+# Start-up is retried only when a component lost the race for its port (see free_port).
+START_ATTEMPTS = 2
 
 
 @dataclass(frozen=True)
@@ -79,13 +81,12 @@ def free_port() -> int:
 
 def _healthy(url: str, ca: Path, token: str | None = None) -> bool:
     headers = {"Authorization": f"Bearer {token}"} if token else None
+    tls = ssl.create_default_context(cafile=ca)
     try:
-        return (
-            httpx.get(url, verify=ssl.create_default_context(cafile=ca), headers=headers, timeout=5.0).status_code
-            == 200
-        )
+        response = httpx.get(url, verify=tls, headers=headers, timeout=5.0)
     except httpx.HTTPError:
         return False
+    return response.status_code == 200
 
 
 def _wait_healthy(
@@ -123,18 +124,29 @@ def _node_ready(client: KubeClient, name: str) -> bool:
 def start_control_plane(binaries: Binaries, workdir: Path, config: ControlPlaneConfig | None = None) -> ControlPlane:
     """Start every component in dependency order and wait until the cluster can run a Deployment: API server ready,
     controller-manager and scheduler healthy, all fake nodes Ready, and the default ServiceAccount minted. On any
-    failure every process started so far is stopped before the error propagates."""
+    failure every process started so far is stopped before the error propagates. Logs are in ``workdir`` (or
+    ``workdir/attempt-2`` after a port clash)."""
     config = config or ControlPlaneConfig()
-    workdir.mkdir(parents=True, exist_ok=True)
-    processes = ProcessGroup(workdir)
     started = time.monotonic()
-    try:
-        plane = _start(binaries, workdir, config, processes)
-    except BaseException:
-        processes.stop_all()
-        raise
-    plane.startup_s = time.monotonic() - started
-    return plane
+    attempt = 1
+    while True:
+        attempt_dir = workdir / f"attempt-{attempt}" if attempt > 1 else workdir
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        processes = ProcessGroup(attempt_dir)
+        try:
+            plane = _start(binaries, attempt_dir, config, processes)
+        except ProcessError as exc:
+            processes.stop_all()
+            # free_port() can lose a race with another process on the machine; anything else is a real failure.
+            if "address already in use" in str(exc) and attempt < START_ATTEMPTS:
+                attempt += 1
+                continue
+            raise
+        except BaseException:
+            processes.stop_all()
+            raise
+        plane.startup_s = time.monotonic() - started
+        return plane
 
 
 def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, processes: ProcessGroup) -> ControlPlane:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster.client import KubeClient, has_condition, wait_for
-from e2e.cluster.controlplane import ControlPlane
+from e2e.cluster.controlplane import NODE_IP, ControlPlane
 
 pytestmark = pytest.mark.k8s
 
@@ -51,6 +51,7 @@ def test_deployment_pods_become_ready_on_kwok_nodes_with_loopback_ips(
     assert {p["spec"]["nodeName"] for p in pods} <= set(kube_cluster.node_names)
     ips = [ipaddress.ip_address(p["status"]["podIP"]) for p in pods]
     assert all(ip.is_loopback for ip in ips) and len(set(ips)) == 3
+    assert {p["status"]["hostIP"] for p in pods} == {NODE_IP}
 
     def deployment_status() -> dict[str, Any] | None:
         status = kube_admin.get(f"{apps}/engine")["status"]

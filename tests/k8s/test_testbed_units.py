@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from e2e.cluster import controlplane
 from e2e.cluster.access import object_path
-from e2e.cluster.binaries import parse_build_output
+from e2e.cluster.binaries import Binaries, parse_build_output
 from e2e.cluster.client import has_condition, wait_for
-from e2e.cluster.controlplane import ControlPlaneConfig, _node, free_port
+from e2e.cluster.controlplane import ControlPlane, ControlPlaneConfig, _node, free_port
 from e2e.cluster.kubeconfig import Credentials
 from e2e.cluster.processes import ProcessError, ProcessGroup
 from e2e.cluster.pytest_plugin import _namespace_name
@@ -152,3 +153,42 @@ def test_children_die_with_their_parent(tmp_path: Path) -> None:
     while _alive(child_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(child_pid)
+
+
+def _fake_binaries() -> Binaries:
+    return Binaries(*(Path(f"/nonexistent/{i}") for i in range(8)))
+
+
+def test_start_is_retried_only_after_a_port_clash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts: list[Path] = []
+
+    def clash_once(binaries: Binaries, workdir: Path, config: object, processes: ProcessGroup) -> ControlPlane:
+        attempts.append(workdir)
+        if len(attempts) == 1:
+            raise ProcessError("etcd (pid 1) exited with code 1; log tail:\nlisten tcp: bind: address already in use")
+        return ControlPlane(workdir, None, None, workdir / "kc", "http://e", [], processes)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(controlplane, "_start", clash_once)
+    plane = controlplane.start_control_plane(_fake_binaries(), tmp_path)
+    assert attempts == [tmp_path, tmp_path / "attempt-2"] and plane.workdir == tmp_path / "attempt-2"
+
+
+def test_start_gives_up_on_other_failures_and_repeated_clashes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def crash(binaries: Binaries, workdir: Path, config: object, processes: ProcessGroup) -> ControlPlane:
+        raise ProcessError("kube-apiserver (pid 2) exited with code 1; log tail:\ninvalid flag")
+
+    monkeypatch.setattr(controlplane, "_start", crash)
+    with pytest.raises(ProcessError, match="invalid flag"):
+        controlplane.start_control_plane(_fake_binaries(), tmp_path / "a")
+    assert not (tmp_path / "a" / "attempt-2").exists()
+
+    calls = []
+
+    def always_clash(binaries: Binaries, workdir: Path, config: object, processes: ProcessGroup) -> ControlPlane:
+        calls.append(workdir)
+        raise ProcessError("address already in use")
+
+    monkeypatch.setattr(controlplane, "_start", always_clash)
+    with pytest.raises(ProcessError, match="address already in use"):
+        controlplane.start_control_plane(_fake_binaries(), tmp_path / "b")
+    assert len(calls) == controlplane.START_ATTEMPTS
