@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from paged_platform.api import CRD_NAME, ModelDeployment, ModelDeploymentStatus
 from paged_platform.crd import crd
@@ -395,10 +395,35 @@ SPECS = st.fixed_dictionaries(
         "rollout": st.fixed_dictionaries(
             {}, optional={"maxSurge": st.sampled_from([0, 1, "0%", "25%", "x"]), "maxUnavailable": st.just(0)}
         ),
+        "resources": st.fixed_dictionaries(
+            {},
+            optional={
+                "cpu": st.sampled_from(["500m", "2", 4, "1.5", "two", ""]),
+                "gpus": st.integers(-1, 17),
+                "gpuResourceName": st.sampled_from(["nvidia.com/gpu", "amd.com/gpu", "bad name"]),
+                "nodeSelector": st.sampled_from([{}, {"pool": "gpu"}]),
+                "tolerations": st.lists(
+                    st.fixed_dictionaries(
+                        {}, optional={"key": st.just("k"), "effect": st.sampled_from(["NoSchedule", "Sometimes"])}
+                    ),
+                    max_size=2,
+                ),
+                "affinity": st.sampled_from([{}, {"nodeAffinity": {"anything": [1, {"x": "y"}]}}]),
+            },
+        ),
+        "service": st.fixed_dictionaries(
+            {},
+            optional={
+                "port": st.sampled_from([0, 1, 8000, 65535, 65536]),
+                "type": st.sampled_from(["NodePort", "Headless"]),
+            },
+        ),
+        "unknownField": st.just(1),
         "model": st.fixed_dictionaries(
             {},
             optional={
                 "name": st.sampled_from(["default", "Qwen/Qwen2.5-0.5B", "/models/q", "/data/q", "bad name"]),
+                "servedName": st.sampled_from(["qwen", "Qwen/Qwen2.5", "-bad"]),
                 "volume": st.fixed_dictionaries(
                     {"claimName": st.sampled_from(["w", "Bad_Claim"])},
                     optional={"mountPath": st.sampled_from(["/models", "/data/"])},
@@ -409,7 +434,7 @@ SPECS = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=SPECS)
 def test_server_and_pydantic_agree_on_random_specs(
     kube_admin: KubeClient, kube_namespace: str, md_crd: str, spec: dict[str, Any]
@@ -421,11 +446,14 @@ def test_server_and_pydantic_agree_on_random_specs(
         expected = ModelDeployment.model_validate(manifest).spec.to_wire()
     except ValidationError:
         expected = None
+    event("valid" if expected is not None else "invalid")
     try:
-        created = kube_admin.request("POST", collection(kube_namespace), manifest, params={"dryRun": "All"})
+        created = kube_admin.request(
+            "POST", collection(kube_namespace), manifest, params={"dryRun": "All", "fieldValidation": "Strict"}
+        )
     except ApiError as exc:
         assert expected is None, f"server refused what pydantic accepts: {exc.message}"
-        assert exc.code == 422, exc
+        assert exc.code in (400, 422), exc  # 400: strict field validation (unknown field)
         return
     assert expected is not None, f"server accepted what pydantic refuses: {spec}"
     assert created["spec"] == expected
