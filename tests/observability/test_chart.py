@@ -13,7 +13,11 @@ from e2e.cluster.helm import render_chart
 from tests.observability.conftest import run_tool
 from tests.observability.sources import CHART, DASHBOARDS_DIR, REPO, RULES_DIR, dashboard_files, rule_files
 
-ON = {"monitoring.prometheusRule.enabled": "true", "monitoring.dashboards.enabled": "true"}
+ON = {
+    "monitoring.prometheusRule.enabled": "true",
+    "monitoring.dashboards.enabled": "true",
+    "serviceMonitor.enabled": "true",
+}
 
 
 def _kinds(objects: list[dict]) -> list[str]:
@@ -65,6 +69,17 @@ def test_rendered_rules_pass_promtool(helm: Path, promtool: Path, tmp_path: Path
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     run_tool(promtool, "check", "rules", path)
     assert 'up{job="team-a/paged-engine"} == 0' in path.read_text()
+
+
+def test_rules_without_an_operator_scrape_are_refused(helm: Path) -> None:
+    """Without the ServiceMonitor or a job of its own, PagedOperatorDown could only ever fire."""
+    values = {**ON, "serviceMonitor.enabled": "false"}
+    with pytest.raises(RuntimeError, match=r"serviceMonitor\.enabled"):
+        render_chart(helm, CHART, "paged", "paged-system", set_values=values)
+    objects = render_chart(
+        helm, CHART, "paged", "paged-system", set_values={**values, "monitoring.prometheusRule.operatorJob": "ops"}
+    )
+    assert "PrometheusRule" in _kinds(objects)
 
 
 def test_dashboard_configmaps_hold_the_dashboards_for_the_grafana_sidecar(helm: Path) -> None:
