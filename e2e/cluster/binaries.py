@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -46,12 +47,14 @@ def ensure_binaries(progress: TextIO | None = None) -> Binaries:
         text=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
+    tail: deque[str] = deque(maxlen=40)
     for line in proc.stderr:  # stream progress while building; stdout is small and read afterwards
         stream.write(line)
         stream.flush()
+        tail.append(line)
     out = proc.stdout.read()
     if proc.wait() != 0:
-        raise RuntimeError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode}; see its output above")
+        raise RuntimeError(f"{BUILD_SCRIPT} failed with exit code {proc.returncode}:\n{''.join(tail)}")
     paths = parse_build_output(out)
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:

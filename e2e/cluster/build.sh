@@ -19,6 +19,8 @@ mkdir -p "$cache"
 # Dependencies' go.mod files carry replace directives for their own monorepos; building from a wrapper module
 # with -mod=mod and no workspace ignores them. GOTOOLCHAIN=local: no toolchain downloads, the proxy serves modules.
 export GOFLAGS=-mod=mod GOWORK=off GOTOOLCHAIN=local CGO_ENABLED=0
+# Go's official tarball installs to /usr/local/go, whose bin only interactive shells tend to put on PATH.
+command -v go >/dev/null || [ ! -x /usr/local/go/bin/go ] || export PATH="/usr/local/go/bin:$PATH"
 command -v go >/dev/null || { echo "[k8s-build] Go is not installed (need go >= 1.26)" >&2; exit 1; }
 
 log() { echo "[k8s-build] $*" >&2; }
