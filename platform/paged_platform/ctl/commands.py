@@ -10,6 +10,7 @@ import asyncio
 import functools
 import sys
 from collections.abc import Callable, Coroutine
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,6 +42,12 @@ KubeconfigOpt = Annotated[
 ]
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="Output format.")]
 NameArg = Annotated[str, typer.Argument(help="ModelDeployment name.")]
+
+
+class DryRun(StrEnum):
+    NONE = "none"
+    CLIENT = "client"
+    SERVER = "server"
 
 
 class UsageError(KubeError):
@@ -94,16 +101,16 @@ def emit(data: Any, output: Output) -> None:
 async def apply(
     filename: Annotated[str, typer.Option("--filename", "-f", help="YAML file with ModelDeployments ('-' for stdin).")],
     dry_run: Annotated[
-        str,
-        typer.Option("--dry-run", help="none, client (validate only, no cluster) or server (validate on the server)."),
-    ] = "none",
+        DryRun,
+        typer.Option(
+            "--dry-run", help="client: validate only, no cluster; server: the server validates, stores nothing."
+        ),
+    ] = DryRun.NONE,
     namespace: NamespaceOpt = None,
     context: ContextOpt = None,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Validate ModelDeployments against the schema, then server-side apply them (field manager paged-ctl)."""
-    if dry_run not in ("none", "client", "server"):
-        raise UsageError(f"--dry-run must be none, client or server, not {dry_run!r}")
     if filename == "-":
         text, source = sys.stdin.read(), "<stdin>"
     else:
@@ -121,14 +128,14 @@ async def apply(
                 f"{md.metadata.name}: the namespace in the file ({md.metadata.namespace}) does not match -n {namespace}"
             )
     console = render.stdout()
-    if dry_run == "client":
+    if dry_run is DryRun.CLIENT:
         for _, md in docs:
             console.print(f"modeldeployment.paged.dev/{md.metadata.name} valid (client dry run)")
         return
     async with connect(target(namespace, context, kubeconfig)) as kube:
         for raw, md in docs:
-            await kube.apply(raw, dry_run=dry_run == "server")
-            suffix = " (server dry run)" if dry_run == "server" else ""
+            await kube.apply(raw, dry_run=dry_run is DryRun.SERVER)
+            suffix = " (server dry run)" if dry_run is DryRun.SERVER else ""
             ns = md.metadata.namespace or kube.namespace
             console.print(f"modeldeployment.paged.dev/{md.metadata.name} applied in namespace {ns}{suffix}")
 
