@@ -15,7 +15,7 @@ import yaml
 
 from e2e.cluster import controlplane
 from e2e.cluster.access import object_path
-from e2e.cluster.binaries import Binaries, parse_build_output
+from e2e.cluster.binaries import BUILD_SCRIPT, Binaries, parse_build_output
 from e2e.cluster.client import has_condition, wait_for
 from e2e.cluster.controlplane import ControlPlane, ControlPlaneConfig, _node, free_port
 from e2e.cluster.kubeconfig import Credentials
@@ -192,3 +192,9 @@ def test_start_gives_up_on_other_failures_and_repeated_clashes(tmp_path: Path, m
     with pytest.raises(ProcessError, match="address already in use"):
         controlplane.start_control_plane(_fake_binaries(), tmp_path / "b")
     assert len(calls) == controlplane.START_ATTEMPTS
+
+
+def test_build_script_refuses_unknown_components() -> None:
+    result = subprocess.run(["bash", str(BUILD_SCRIPT), "etcd", "kubelet"], capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "unknown component 'kubelet' (choose from: kubernetes etcd kwok helm promtool)" in result.stderr
