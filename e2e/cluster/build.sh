@@ -178,7 +178,10 @@ done
 
 # One build at a time per cache: concurrent pytest sessions wait here instead of building twice.
 exec 9>"$cache/.lock"
-flock 9
+if ! flock -n 9; then
+  log "another build holds $cache/.lock; waiting for it"
+  flock 9
+fi
 rm -rf "$cache"/.work-*
 for c in "${components[@]}"; do
   start=$SECONDS
