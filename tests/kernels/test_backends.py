@@ -76,3 +76,29 @@ def test_greedy_generation_matches_the_reference_backend(tiny_folder) -> None:
     """Every architecture (GQA, MQA, sliding-window layers, Gemma's mixed layers), with prompts chunked by a
     7-token budget and mixed with decode: the CPU kernels produce the reference backend's tokens exactly."""
     assert greedy(tiny_folder, "cpu", budget=7) == greedy(tiny_folder, "reference", budget=7)
+
+
+def test_auto_falls_back_to_the_reference_and_says_why(monkeypatch, caplog) -> None:
+    """A machine without a compiler still serves, on the reference backend, with a log line giving the reason."""
+    from paged_engine.attention import ops
+
+    def no_compiler() -> Extension:
+        raise ops.KernelBuildError("no C++ compiler (c++ or $CXX) on PATH")
+
+    monkeypatch.setattr(ops, "load", no_compiler)
+    with caplog.at_level("INFO", logger="paged_engine.attention.ops"):
+        assert get_backend("auto").name == "reference"
+    assert "using the torch reference attention backend: no C++ compiler" in caplog.text
+    assert "attention backend auto -> reference" in caplog.text
+
+
+def test_cuda_arch_flags() -> None:
+    from paged_engine.attention import _build
+
+    assert _build.cuda_arch_flags("90") == ["-gencode=arch=compute_90,code=sm_90"]
+    assert _build.cuda_arch_flags("8.0;90a") == [
+        "-gencode=arch=compute_80,code=sm_80",
+        "-gencode=arch=compute_90a,code=sm_90a",
+    ]
+    with pytest.raises(_build.KernelBuildError, match=r"PAGED_CUDA_ARCH entry 'hopper' is not an SM version"):
+        _build.cuda_arch_flags("hopper")
