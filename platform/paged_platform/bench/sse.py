@@ -17,14 +17,16 @@ class StreamError(Exception):
 
 @dataclass(frozen=True)
 class Event:
-    """One parsed chunk: the text it adds (all choices), and the usage block if the server sent one."""
+    """One parsed chunk: whether it carries choices (a token step: counts for TTFT and ITL even when its text
+    is empty, e.g. a byte held back by the detokenizer), the text it adds, and the usage block if sent."""
 
+    has_choices: bool
     text: str
     usage: dict[str, Any] | None
     done: bool = False
 
 
-DONE = Event("", None, done=True)
+DONE = Event(False, "", None, done=True)
 
 
 def parse_line(line: str) -> Event | None:
@@ -45,9 +47,10 @@ def parse_line(line: str) -> Event | None:
         message = error.get("message", error) if isinstance(error, dict) else error
         raise StreamError(f"server error in stream: {message}")
     text = []
-    for choice in data.get("choices") or []:
+    choices = data.get("choices") or []
+    for choice in choices:
         delta = choice.get("delta")
         piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
         if piece:
             text.append(piece)
-    return Event("".join(text), data.get("usage"))
+    return Event(bool(choices), "".join(text), data.get("usage"))
