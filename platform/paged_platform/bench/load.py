@@ -28,6 +28,7 @@ from paged_platform.bench.stats import RequestResult
 
 Endpoint = Literal["completions", "chat"]
 PATHS: dict[Endpoint, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+clock = time.perf_counter  # module attribute, so tests can replay an exact timeline
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ async def send_one(
     client: httpx.AsyncClient, config: LoadConfig, request: BenchRequest, tokenizer: Tokenizer | None = None
 ) -> RequestResult:
     """One streamed request, timed; every failure becomes a result with a short error category."""
-    start = time.perf_counter()
+    start = clock()
     ttft, last, gaps, texts, usage, chunks = 0.0, start, [], [], None, 0
     try:
         async with client.stream("POST", PATHS[config.endpoint], json=request_body(config, request)) as response:
@@ -107,7 +108,7 @@ async def send_one(
                 if event.done:
                     done = True
                     break
-                now = time.perf_counter()
+                now = clock()
                 usage = event.usage or usage
                 if event.has_choices:
                     if chunks == 0:
@@ -125,7 +126,7 @@ async def send_one(
         return RequestResult(ok=False, error="timeout")
     except httpx.TransportError as exc:
         return RequestResult(ok=False, error=f"transport: {type(exc).__name__}")
-    latency = time.perf_counter() - start
+    latency = clock() - start
     if chunks == 0:
         return RequestResult(ok=False, error="no tokens")
     prompt_tokens = usage.get("prompt_tokens") if usage else None
@@ -166,14 +167,14 @@ async def run_load(
     async with make_client(config, limit) as client:
 
         async def one(offset: float, request: BenchRequest) -> None:
-            await asyncio.sleep(max(0.0, start + offset - time.perf_counter()))
+            await asyncio.sleep(max(0.0, start + offset - clock()))
             async with gate:
                 result = await send_one(client, config, request, tokenizer)
             results.append(result)
             if on_result is not None:
                 on_result(result)
 
-        start = time.perf_counter()
+        start = clock()
         tasks = [asyncio.create_task(one(o, r)) for o, r in zip(offsets, requests, strict=True)]
         _, pending = await asyncio.wait(tasks, timeout=config.max_duration)
         for task in pending:
@@ -181,5 +182,5 @@ async def run_load(
         for task in pending:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        duration = time.perf_counter() - start
+        duration = clock() - start
     return LoadRun(results, duration, cancelled=len(pending))
