@@ -25,11 +25,18 @@ command -v go >/dev/null || { echo "[k8s-build] Go is not installed (need go >= 
 
 log() { echo "[k8s-build] $*" >&2; }
 
-# have DIR BIN... : true when every binary is present and executable.
+# recipe COMPONENT : a digest of how the component is built (its build function's text, the global Go settings),
+# so editing a recipe rebuilds that component even though its version did not change.
+recipe() {
+  { declare -f "build_$1"; echo "$GOFLAGS $CGO_ENABLED $(go env GOVERSION)"; } | sha256sum | cut -c1-16
+}
+
+# have COMPONENT DIR BIN... : true when every binary is present and was built by the current recipe.
 have() {
-  local dir="$1" b
-  shift
-  for b in "$@"; do [ -x "$dir/$b" ] || return 1; done
+  local component="$1" dir="$2" b
+  shift 2
+  [ "$(cat "$dir/.recipe" 2>/dev/null)" = "$(recipe "$component")" ] || return 1
+  for b in "$@"; do [ -e "$dir/$b" ] || return 1; done
 }
 
 # wrapper_module DIR : an empty main module to build other modules' commands from.
@@ -50,10 +57,11 @@ fetch() {
   mkdir -p "$dir/bin"
 }
 
-# finish TMPBIN DEST : moves freshly built binaries into place in one rename, so a half-built folder never
-# looks complete to a concurrent or later run.
+# finish COMPONENT TMPBIN DEST : stamps the recipe and moves freshly built binaries into place in one rename, so a
+# half-built folder never looks complete to a concurrent or later run.
 finish() {
-  local tmpbin="$1" dest="$2"
+  local component="$1" tmpbin="$2" dest="$3"
+  recipe "$component" >"$tmpbin/.recipe"
   rm -rf "$dest"
   mv "$tmpbin" "$dest"
 }
@@ -61,7 +69,7 @@ finish() {
 build_kubernetes() {
   local v="$KUBERNETES_VERSION" dest="$cache/kubernetes-$KUBERNETES_VERSION" work
   local bins=(kube-apiserver kube-controller-manager kube-scheduler)
-  have "$dest" "${bins[@]}" && return 0
+  have kubernetes "$dest" "${bins[@]}" && return 0
   log "building Kubernetes $v (${bins[*]}); cold: tens of minutes on 2 cores"
   work="$(mktemp -d "$cache/.work-kubernetes.XXXXXX")"
   wrapper_module "$work"
@@ -82,13 +90,13 @@ build_kubernetes() {
   ldflags+=" -X $ver_pkg.gitTreeState=clean -X $ver_pkg.buildDate=1970-01-01T00:00:00Z"
   fetch "$work" "${pkgs[@]/%/@$v}"
   (cd "$work" && nice -n 10 go build -trimpath -ldflags "$ldflags" -o bin/ "${pkgs[@]}")
-  finish "$work/bin" "$dest"
+  finish kubernetes "$work/bin" "$dest"
   rm -rf "$work"
 }
 
 build_etcd() {
   local v="$ETCD_VERSION" dest="$cache/etcd-$ETCD_VERSION" work
-  have "$dest" etcd && return 0
+  have etcd "$dest" etcd && return 0
   log "building etcd $v"
   work="$(mktemp -d "$cache/.work-etcd.XXXXXX")"
   wrapper_module "$work"
@@ -96,13 +104,13 @@ build_etcd() {
   # its requirements pin api/client/pkg at the same release.
   fetch "$work" "go.etcd.io/etcd/server/v3@$v"
   (cd "$work" && nice -n 10 go build -trimpath -ldflags "-s -w" -o bin/etcd go.etcd.io/etcd/server/v3)
-  finish "$work/bin" "$dest"
+  finish etcd "$work/bin" "$dest"
   rm -rf "$work"
 }
 
 build_kwok() {
   local v="$KWOK_VERSION" dest="$cache/kwok-$KWOK_VERSION" work
-  have "$dest" kwok && [ -f "$dest/stages.yaml" ] && return 0
+  have kwok "$dest" kwok stages.yaml && return 0
   log "building kwok $v"
   work="$(mktemp -d "$cache/.work-kwok.XXXXXX")"
   wrapper_module "$work"
@@ -118,13 +126,13 @@ build_kwok() {
     echo "---"
     cat "$src/kustomize/stage/$f.yaml"
   done >"$work/bin/stages.yaml"
-  finish "$work/bin" "$dest"
+  finish kwok "$work/bin" "$dest"
   rm -rf "$work"
 }
 
 build_helm() {
   local v="$HELM_VERSION" dest="$cache/helm-$HELM_VERSION" work major
-  have "$dest" helm && return 0
+  have helm "$dest" helm && return 0
   log "building helm $v"
   major="${v%%.*}"
   work="$(mktemp -d "$cache/.work-helm.XXXXXX")"
@@ -132,13 +140,13 @@ build_helm() {
   fetch "$work" "helm.sh/helm/$major/cmd/helm@$v"
   (cd "$work" && nice -n 10 go build -trimpath -ldflags "-s -w -X helm.sh/helm/$major/internal/version.version=$v" \
       -o bin/helm "helm.sh/helm/$major/cmd/helm")
-  finish "$work/bin" "$dest"
+  finish helm "$work/bin" "$dest"
   rm -rf "$work"
 }
 
 build_promtool() {
   local v="$PROMETHEUS_MODULE_VERSION" dest="$cache/promtool-$PROMETHEUS_MODULE_VERSION" work release
-  have "$dest" promtool && return 0
+  have promtool "$dest" promtool && return 0
   # v0.316.0 -> 3.16.0
   release="${v#v0.}"
   release="$((${release%%.*} / 100)).$((${release%%.*} % 100)).${release#*.}"
@@ -151,7 +159,7 @@ build_promtool() {
   (cd "$work" && nice -n 10 go build -trimpath -tags remove_all_sd \
       -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
       -o bin/promtool github.com/prometheus/prometheus/cmd/promtool)
-  finish "$work/bin" "$dest"
+  finish promtool "$work/bin" "$dest"
   rm -rf "$work"
 }
 
