@@ -20,14 +20,14 @@ namespace {
 using cpu::AttentionArgs;
 using cpu::bf16_t;
 
-// Runs f(i, state) for i in [0, n) on torch's intra-op threads. Items are claimed one at a time from a shared
-// counter, so uneven items (long and short sequences in one batch) still balance; `make_state` builds each
-// worker's scratch once.
+// Runs f(i, state) for i in [0, n) on up to max_threads of torch's intra-op threads. Items are claimed one at a
+// time from a shared counter, so uneven items (long and short sequences in one batch) still balance;
+// `make_state` builds each worker's scratch once.
 template <typename MakeState, typename F>
-void parallel_dynamic(int64_t n, MakeState make_state, F f) {
+void parallel_dynamic(int64_t n, int max_threads, MakeState make_state, F f) {
   if (n <= 0) return;
   std::atomic<int64_t> next{0};
-  const int64_t workers = std::min<int64_t>(n, at::get_num_threads());
+  const int64_t workers = std::min<int64_t>(n, max_threads);
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     auto state = make_state();
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n;
@@ -66,21 +66,37 @@ void check_attention_values(const AttentionDims& d, const at::Tensor& block_tabl
   }
 }
 
+// Below this many multiply-adds (~50 µs on one core) waking a second thread costs more than it saves, and on a
+// busy machine far more: the call then waits for whichever thread was descheduled.
+constexpr double kParallelMinWork = 1 << 20;
+
+// Multiply-adds the batch needs: every query row against every key it sees, for QK and PV.
+double attention_work(const AttentionDims& d, const int32_t* qsl, const int32_t* seq_lens, int64_t window) {
+  double keys = 0;
+  for (int64_t s = 0; s < d.num_seqs; ++s) {
+    const int64_t q_len = qsl[s + 1] - qsl[s];
+    const int64_t visible = window > 0 ? std::min<int64_t>(seq_lens[s], window) : seq_lens[s];
+    keys += static_cast<double>(q_len) * static_cast<double>(visible);
+  }
+  return keys * static_cast<double>(d.num_heads * d.head_dim * 2);
+}
+
 template <typename T, int D>
 void run_attention(const AttentionArgs<T>& args, const AttentionDims& d) {
-  const int threads = at::get_num_threads();
+  const bool small = attention_work(d, args.query_start_loc, args.seq_lens, args.sliding_window) < kParallelMinWork;
+  const int threads = small ? 1 : at::get_num_threads();
   const cpu::AttentionPlan plan =
       cpu::plan_attention(static_cast<int>(d.num_seqs), args.query_start_loc, args.seq_lens, args.num_heads,
                           args.num_kv_heads, args.block_size, args.sliding_window, threads);
   std::vector<float> partials(plan.num_partials * cpu::partial_slot_floats(plan.max_rows, D));
   parallel_dynamic(
-      static_cast<int64_t>(plan.items.size()),
+      static_cast<int64_t>(plan.items.size()), threads,
       [&] { return cpu::AttentionScratch(plan.max_rows, D, args.block_size); },
       [&](int64_t i, cpu::AttentionScratch& scratch) {
         cpu::attend_item<T, D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
       });
   parallel_dynamic(
-      static_cast<int64_t>(plan.splits.size()), [] { return 0; },
+      static_cast<int64_t>(plan.splits.size()), threads, [] { return 0; },
       [&](int64_t i, int&) { cpu::combine_split<T, D>(args, plan.splits[i], partials.data(), plan.max_rows); });
 }
 
