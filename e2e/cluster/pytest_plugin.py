@@ -38,6 +38,8 @@ def _sigterm_as_interrupt(signum: int, frame: object) -> None:
 @pytest.fixture(scope="session")
 def kube_binaries(request: pytest.FixtureRequest) -> Binaries:
     capture = request.config.pluginmanager.getplugin("capturemanager")
+    if capture is None:  # pytest -p no:capture: nothing to get out of the way
+        return ensure_binaries()
     # A cold build runs for many minutes: show its progress live rather than capturing it.
     with capture.global_and_fixture_disabled():
         return ensure_binaries()
