@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,16 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from paged_platform.api import CRD_NAME, ModelDeployment, ModelDeploymentStatus
+from paged_platform.api import (
+    CRD_NAME,
+    MAX_DECISIONS,
+    Condition,
+    Decision,
+    DecisionState,
+    MetricsSnapshot,
+    ModelDeployment,
+    ModelDeploymentStatus,
+)
 from paged_platform.crd import crd
 from paged_platform.ctl import app
 from pydantic import ValidationError
@@ -457,3 +467,76 @@ def test_server_and_pydantic_agree_on_random_specs(
         return
     assert expected is not None, f"server accepted what pydantic refuses: {spec}"
     assert created["spec"] == expected
+
+
+TIMES = st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=st.just(UTC)).map(
+    lambda t: t.replace(microsecond=0)
+)
+
+
+def _wire(model: type[Any], **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Objects built from wire-form (camelCase) fields, as the operator's code and the server spell them."""
+    return st.fixed_dictionaries(fields).map(model.model_validate)
+
+
+STATUSES = _wire(
+    ModelDeploymentStatus,
+    observedGeneration=st.none() | st.integers(0, 10**6),
+    replicas=st.integers(0, 1000),
+    readyReplicas=st.integers(0, 1000),
+    desiredReplicas=st.integers(0, 1000),
+    selector=st.none() | st.just("paged.dev/modeldeployment=x"),
+    conditions=st.lists(
+        _wire(
+            Condition,
+            type=st.sampled_from(["Ready", "Progressing", "Degraded", "ScalingLimited"]),
+            status=st.sampled_from(["True", "False", "Unknown"]),
+            reason=st.from_regex(r"\A[A-Z][A-Za-z0-9]{0,20}\Z"),
+            message=st.text(max_size=50),
+            lastTransitionTime=TIMES,
+            observedGeneration=st.none() | st.integers(0, 100),
+        ),
+        max_size=4,
+        unique_by=lambda c: c.type,
+    ),
+    metrics=st.none()
+    | _wire(
+        MetricsSnapshot,
+        time=TIMES,
+        replicas=st.integers(0, 100),
+        kvCacheUsage=st.floats(0, 1),
+        requestsWaiting=st.floats(0, 1e6),
+        requestsRunning=st.floats(0, 1e6),
+        preemptionRate=st.floats(0, 1e3),
+        prefixCacheHitRate=st.none() | st.floats(0, 1),
+        ttftP95Seconds=st.none() | st.floats(0, 600),
+    ),
+    decisions=st.lists(
+        _wire(
+            Decision,
+            time=TIMES,
+            kind=st.sampled_from(["scale", "budget"]),
+            **{"from": _wire(DecisionState, replicas=st.none() | st.integers(0, 100))},
+            to=_wire(DecisionState, maxNumSeqs=st.none() | st.integers(1, 4096)),
+            reason=st.text(max_size=100),
+            signals=st.dictionaries(st.sampled_from(["kv_cache_usage", "waitingPerReplica"]), st.floats(0, 1e3)),
+            dryRun=st.booleans(),
+        ),
+        max_size=MAX_DECISIONS,
+    ),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(status=STATUSES)
+def test_every_status_the_operator_can_build_is_stored_as_written(
+    kube_admin: KubeClient, kube_namespace: str, md_crd: str, status: ModelDeploymentStatus
+) -> None:
+    base = collection(kube_namespace)
+    if not kube_admin.exists(f"{base}/st-fuzz"):
+        kube_admin.create(base, doc("st-fuzz"))
+    # A merge patch merges maps; replace the whole status so each example stands alone.
+    stored = kube_admin.get(f"{base}/st-fuzz")
+    stored["status"] = status.to_wire()
+    written = kube_admin.replace(f"{base}/st-fuzz/status", stored)
+    assert ModelDeploymentStatus.model_validate(written["status"]) == status
