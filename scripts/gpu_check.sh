@@ -13,6 +13,9 @@ export PYTHONUNBUFFERED=1
 export PAGED_CUDA_ARCH="${PAGED_CUDA_ARCH:-90}"
 
 "$py" - <<'PY'
+import importlib.util
+missing = [m for m in ("msgspec", "numpy", "safetensors", "transformers", "pytest", "ninja") if not importlib.util.find_spec(m)]
+assert not missing, f"missing Python packages {missing}: pip install them (or carry their wheels) first"
 import torch
 assert torch.cuda.is_available(), "no GPU visible to torch"
 from torch.utils.cpp_extension import CUDA_HOME
