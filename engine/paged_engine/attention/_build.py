@@ -41,7 +41,7 @@ def cpu_flags() -> list[str]:
     """Compiler flags for the host CPU: AVX2+FMA only where torch detected them (builds are per machine)."""
     flags = ["-O3", "-fopenmp", "-DNDEBUG"]
     if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
-        flags += ["-mavx2", "-mfma", "-mf16c"]
+        flags += ["-mavx2", "-mfma"]
     return flags
 
 
