@@ -135,6 +135,7 @@ def test_logprobs_are_raw_log_softmax_with_ranks():
     # The bias forced token 9, but the reported logprob is the model's own (before bias).
     assert third.token_ids == [9]
     assert third.logprobs[0] == pytest.approx(reference[2, 9].item(), abs=1e-5)
+    assert third.ranks[0] == 1 + int((reference[2] > reference[2, 9]).sum()) > 1
 
 
 def test_prompt_logprobs_helper():
@@ -144,6 +145,8 @@ def test_prompt_logprobs_helper():
     reference = torch.log_softmax(logits, dim=-1)
     torch.testing.assert_close(result.logprobs[:, 0], reference[torch.arange(4), next_tokens])
     assert result.token_ids[:, 1:].tolist() == torch.topk(reference, 2).indices.tolist()
+    chosen = reference[torch.arange(4), next_tokens].unsqueeze(1)
+    assert result.ranks[:, 0].tolist() == ((reference > chosen).sum(dim=-1) + 1).tolist()
     with pytest.raises(ValueError, match="4 rows of prompt logits but 3 next tokens"):
         prompt_logprobs(logits, next_tokens[:3], 2)
 

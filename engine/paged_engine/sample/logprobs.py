@@ -41,10 +41,16 @@ def gather_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, num_logprobs:
     """
     chosen = token_ids.to(torch.int64).unsqueeze(1)
     chosen_logit = logits.gather(1, chosen)
-    chosen_rank = (logits > chosen_logit).sum(dim=-1, keepdim=True) + 1  # 1 + tokens strictly more likely
-    top_logits, top_ids = torch.topk(logits, num_logprobs, dim=-1)
-    peak = logits.amax(dim=-1, keepdim=True)
+    top_logits, top_ids = torch.topk(logits, max(num_logprobs, 1), dim=-1)
+    # Rank: 1 + tokens strictly more likely. Usually the chosen token is the most likely one, which needs
+    # no vocabulary-wide count.
+    chosen_rank = torch.ones_like(chosen)
+    others = (chosen_logit < top_logits[:, :1]).squeeze(1).nonzero().squeeze(1)
+    if others.numel():
+        chosen_rank[others] = (logits[others] > chosen_logit[others]).sum(dim=-1, keepdim=True) + 1
+    peak = top_logits[:, :1].clone()
     log_norm = peak + logits.sub_(peak).exp_().sum(dim=-1, keepdim=True).log_()
+    top_logits, top_ids = top_logits[:, :num_logprobs], top_ids[:, :num_logprobs]
     top_ranks = torch.arange(1, num_logprobs + 1, device=logits.device).expand(logits.shape[0], -1)
     return LogprobsTensors(
         token_ids=torch.cat([chosen, top_ids], dim=1),
