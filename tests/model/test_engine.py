@@ -149,3 +149,19 @@ def test_prompt_logprobs_match_transformers(gemma_folder):
     for j, entry in enumerate(out.prompt_logprobs[1:], start=1):
         assert entry.token_ids[0] == prompt[j] and len(entry.token_ids) == 3
         torch.testing.assert_close(torch.tensor(entry.logprobs), reference[j - 1, entry.token_ids], atol=1e-4, rtol=0)
+
+
+def test_prompt_forms_and_per_prompt_params(gemma_folder, gemma_expected):
+    llm = make_llm(gemma_folder)
+    p0, p1 = prompts()[0], prompts()[1]
+    outs = llm.generate(
+        [{"prompt_token_ids": p0}, {"prompt": " ".join(f"t{t}" for t in p1)}],
+        [GREEDY, SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True)],
+    )
+    assert outs[0].outputs[0].token_ids == gemma_expected[0]
+    assert outs[1].prompt_token_ids == p1 and outs[1].outputs[0].token_ids == gemma_expected[1][:3]
+    assert token_ids(llm.generate(p0, GREEDY)) == [gemma_expected[0]]  # one prompt as a bare token list
+    with pytest.raises(ValueError, match="got 1 sampling params for 2 prompts"):
+        llm.generate([p0, p1], [GREEDY])
+    with pytest.raises(ValueError, match="needs 'prompt' or 'prompt_token_ids'"):
+        llm.generate([{"text": "t5"}])
