@@ -35,9 +35,10 @@ struct AttentionParams {
   int64_t block_table_stride;
   const int32_t* query_start_loc;
   const int32_t* seq_lens;
-  float* partial_out;  // [num_tokens, num_heads, max_partitions, head_dim]
-  float* partial_max;  // [num_tokens, num_heads, max_partitions]
+  float* partial_out;  // [tokens per launch, num_heads, max_partitions, head_dim]
+  float* partial_max;  // [tokens per launch, num_heads, max_partitions]
   float* partial_sum;
+  int token_offset;    // first token of this launch (long batches go in slices that reuse the partials)
   int num_seqs;
   int num_heads;
   int num_kv_heads;
@@ -83,7 +84,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Attenti
   __shared__ float row_max[ROWS];
   __shared__ float row_sum[ROWS];
 
-  const int token = blockIdx.x;
+  const int local = blockIdx.x;
+  const int token = p.token_offset + local;
   const int head0 = blockIdx.y * ROWS;
   const int part = blockIdx.z;
   TokenRange range;
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(const Attenti
     if (direct) {
       store_float(p.out + token * p.out_stride_token + head * p.out_stride_head + d, acc_s[r][d] / row_sum[r]);
     } else {
-      const int64_t slot = (static_cast<int64_t>(token) * p.num_heads + head) * p.max_partitions + part;
+      const int64_t slot = (static_cast<int64_t>(local) * p.num_heads + head) * p.max_partitions + part;
       p.partial_out[slot * D + d] = acc_s[r][d];
       if (d == 0) {
         p.partial_max[slot] = row_max[r];
@@ -225,14 +227,15 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) reduce_partitions_kernel(const AttentionParams<T> p) {
   extern __shared__ float weights[];
   __shared__ float inv_total;
-  const int token = blockIdx.x;
+  const int local = blockIdx.x;
+  const int token = p.token_offset + local;
   const int head = blockIdx.y;
   TokenRange range;
   if (!token_range(p, token, range)) return;
   const int first_part = range.key_lo / kPartition;
   const int num_parts = (range.key_hi + kPartition - 1) / kPartition;
   if (num_parts - first_part == 1) return;  // written directly by the attention kernel
-  const int64_t row = (static_cast<int64_t>(token) * p.num_heads + head) * p.max_partitions;
+  const int64_t row = (static_cast<int64_t>(local) * p.num_heads + head) * p.max_partitions;
 
   if (threadIdx.x < 32) {
     float m = -INFINITY;

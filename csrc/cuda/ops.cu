@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "../checks.h"
@@ -20,6 +21,8 @@ namespace {
 
 using cuda::AttentionParams;
 
+constexpr int64_t kPartialsBudget = int64_t{256} << 20;  // bytes of split-K partials per call
+
 // Largest number of query heads per thread block that divides the GQA group (all rows of a block share a kv head).
 int rows_per_block(int64_t group) {
   for (int rows : {8, 4, 2}) {
@@ -28,37 +31,44 @@ int rows_per_block(int64_t group) {
   return 1;
 }
 
+// Launches the attention (and, with several partitions, the merge) over tokens in slices of `slice_tokens`, which
+// share one partials buffer: launches on one stream run in order, so a slice never overwrites live partials.
 template <typename T, int D, int ROWS>
-void launch_attention(const AttentionParams<T>& params, int64_t num_tokens, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>(params.num_heads / ROWS),
-                  static_cast<unsigned>(params.max_partitions));
-  cuda::paged_attention_kernel<T, D, ROWS><<<grid, cuda::kThreads, 0, stream>>>(params);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (params.max_partitions > 1) {
-    const dim3 reduce_grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>(params.num_heads));
-    const size_t shared = static_cast<size_t>(params.max_partitions) * sizeof(float);
-    cuda::reduce_partitions_kernel<T, D><<<reduce_grid, cuda::kThreads, shared, stream>>>(params);
+void launch_attention(AttentionParams<T> params, int64_t num_tokens, int64_t slice_tokens, cudaStream_t stream) {
+  for (int64_t first = 0; first < num_tokens; first += slice_tokens) {
+    const auto tokens = static_cast<unsigned>(std::min(slice_tokens, num_tokens - first));
+    params.token_offset = static_cast<int>(first);
+    const dim3 grid(tokens, static_cast<unsigned>(params.num_heads / ROWS),
+                    static_cast<unsigned>(params.max_partitions));
+    cuda::paged_attention_kernel<T, D, ROWS><<<grid, cuda::kThreads, 0, stream>>>(params);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (params.max_partitions > 1) {
+      const dim3 reduce_grid(tokens, static_cast<unsigned>(params.num_heads));
+      const size_t shared = static_cast<size_t>(params.max_partitions) * sizeof(float);
+      cuda::reduce_partitions_kernel<T, D><<<reduce_grid, cuda::kThreads, shared, stream>>>(params);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
   }
 }
 
 template <typename T, int D>
-void dispatch_rows(const AttentionParams<T>& params, int rows, int64_t num_tokens, cudaStream_t stream) {
+void dispatch_rows(const AttentionParams<T>& params, int rows, int64_t num_tokens, int64_t slice,
+                   cudaStream_t stream) {
   switch (rows) {
-    case 8: return launch_attention<T, D, 8>(params, num_tokens, stream);
-    case 4: return launch_attention<T, D, 4>(params, num_tokens, stream);
-    case 2: return launch_attention<T, D, 2>(params, num_tokens, stream);
-    default: return launch_attention<T, D, 1>(params, num_tokens, stream);
+    case 8: return launch_attention<T, D, 8>(params, num_tokens, slice, stream);
+    case 4: return launch_attention<T, D, 4>(params, num_tokens, slice, stream);
+    case 2: return launch_attention<T, D, 2>(params, num_tokens, slice, stream);
+    default: return launch_attention<T, D, 1>(params, num_tokens, slice, stream);
   }
 }
 
 template <typename T>
 void dispatch_head_dim(const AttentionParams<T>& params, int64_t head_dim, int rows, int64_t num_tokens,
-                       cudaStream_t stream) {
+                       int64_t slice, cudaStream_t stream) {
   switch (head_dim) {
-    case 64: return dispatch_rows<T, 64>(params, rows, num_tokens, stream);
-    case 128: return dispatch_rows<T, 128>(params, rows, num_tokens, stream);
-    case 256: return dispatch_rows<T, 256>(params, rows, num_tokens, stream);
+    case 64: return dispatch_rows<T, 64>(params, rows, num_tokens, slice, stream);
+    case 128: return dispatch_rows<T, 128>(params, rows, num_tokens, slice, stream);
+    case 256: return dispatch_rows<T, 256>(params, rows, num_tokens, slice, stream);
     default: TORCH_CHECK(false, "paged::paged_attention: head_dim must be 64, 128 or 256, got ", head_dim);
   }
 }
@@ -74,12 +84,18 @@ void run_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k
   const int64_t max_partitions = std::max<int64_t>(1, (max_keys + cuda::kPartition - 1) / cuda::kPartition);
   TORCH_CHECK(max_partitions <= 65535, "paged::paged_attention: block table covers ", max_keys,
               " keys, more than the kernel's ", 65535 * cuda::kPartition);
+  // Partials are sized per token; a long prefill batch over long contexts would need gigabytes at once, so
+  // tokens go in slices whose partials fit kPartialsBudget (typical decode batches fit in one slice).
+  const int64_t partial_bytes_per_token = d.num_heads * max_partitions * (d.head_dim + 2) * sizeof(float);
+  const int64_t slice = max_partitions > 1
+                            ? std::clamp<int64_t>(kPartialsBudget / partial_bytes_per_token, 1, d.num_tokens)
+                            : d.num_tokens;
   const auto f32 = query.options().dtype(at::kFloat);
   at::Tensor partial_out, partial_max, partial_sum;
   if (max_partitions > 1) {
-    partial_out = at::empty({d.num_tokens, d.num_heads, max_partitions, d.head_dim}, f32);
-    partial_max = at::empty({d.num_tokens, d.num_heads, max_partitions}, f32);
-    partial_sum = at::empty({d.num_tokens, d.num_heads, max_partitions}, f32);
+    partial_out = at::empty({slice, d.num_heads, max_partitions, d.head_dim}, f32);
+    partial_max = at::empty({slice, d.num_heads, max_partitions}, f32);
+    partial_sum = at::empty({slice, d.num_heads, max_partitions}, f32);
   }
   AttentionParams<T> params{
       static_cast<T*>(out.data_ptr()),
@@ -97,6 +113,7 @@ void run_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k
       max_partitions > 1 ? partial_out.data_ptr<float>() : nullptr,
       max_partitions > 1 ? partial_max.data_ptr<float>() : nullptr,
       max_partitions > 1 ? partial_sum.data_ptr<float>() : nullptr,
+      0,
       static_cast<int>(d.num_seqs),
       static_cast<int>(d.num_heads),
       static_cast<int>(d.num_kv_heads),
@@ -107,7 +124,7 @@ void run_attention(at::Tensor& out, const at::Tensor& query, const at::Tensor& k
       static_cast<int>(sliding_window),
   };
   const int rows = rows_per_block(d.num_heads / d.num_kv_heads);
-  dispatch_head_dim(params, d.head_dim, rows, d.num_tokens, c10::cuda::getCurrentCUDAStream());
+  dispatch_head_dim(params, d.head_dim, rows, d.num_tokens, slice, c10::cuda::getCurrentCUDAStream());
 }
 
 void paged_attention_cuda(at::Tensor& out, const at::Tensor& query, const at::Tensor& key_cache,

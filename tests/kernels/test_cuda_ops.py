@@ -141,3 +141,13 @@ def greedy(folder, device: str, backend: str) -> list[list[int]]:
 def test_greedy_generation_on_gpu_matches_cpu(arch: str, tmp_path) -> None:
     folder = save_model(tmp_path, arch)
     assert greedy(folder, "cuda", "cuda") == greedy(folder, "cpu", "cpu")
+
+
+def test_wide_block_table_runs_in_token_slices() -> None:
+    """A block table covering 2M keys makes 4096 partitions per token; the partials budget then forces the
+    launch into slices of tokens sharing one buffer, which must not disturb each other."""
+    batch = make_batch([(100, 100), (50, 1), (700, 3)], num_heads=8, num_kv_heads=2, head_dim=64)
+    wide = torch.zeros(batch.block_tables.shape[0], (1 << 21) // 16, dtype=torch.int32)
+    wide[:, : batch.block_tables.shape[1]] = batch.block_tables
+    batch.block_tables = wide
+    check(batch)
