@@ -296,6 +296,14 @@ void attend_item(const AttentionArgs<T>& a, const WorkItem& it, AttentionScratch
     const int32_t t1 = std::min(it.key_end, (blk + 1) * bs);
     const int n = t1 - t0;
     const int64_t base = table[blk] * block_stride + (t0 - blk * bs) * token_stride + it.kv_head * D;
+    if (t1 < it.key_end) {  // fetch the next block's rows for this kv head while this one computes
+      const int64_t next = table[blk + 1] * block_stride + it.kv_head * D;
+      const int next_n = std::min(bs, it.key_end - t1);
+      for (int j = 0; j < next_n; ++j) {
+        prefetch_bytes(a.key_cache + next + j * token_stride, D * sizeof(T));
+        prefetch_bytes(a.value_cache + next + j * token_stride, D * sizeof(T));
+      }
+    }
     block_scores<D>(sc.q.data(), rows, a.key_cache + base, token_stride, n, s, bs);
     for (int r = 0; r < rows; ++r) {
       float* row = s + r * bs;

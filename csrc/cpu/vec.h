@@ -89,6 +89,18 @@ inline __m256 exp8(__m256 x) {
 
 #endif  // PAGED_AVX2
 
+// Asks for `bytes` starting at `p` to be brought into cache ahead of use. Blocks of the paged cache are scattered,
+// so the hardware prefetcher, which follows sequential streams within a page, cannot guess the next one.
+inline void prefetch_bytes(const void* p, int64_t bytes) {
+#if PAGED_AVX2
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+#else
+  (void)p;
+  (void)bytes;
+#endif
+}
+
 // In place: x[i] = exp(x[i] - shift); returns the sum. Used on one row of a block's scores.
 inline float exp_shift_sum(float* x, int n, float shift) {
   int i = 0;
