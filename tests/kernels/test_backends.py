@@ -102,3 +102,19 @@ def test_cuda_arch_flags() -> None:
     ]
     with pytest.raises(_build.KernelBuildError, match=r"PAGED_CUDA_ARCH entry 'hopper' is not an SM version"):
         _build.cuda_arch_flags("hopper")
+
+
+def test_jit_build_without_a_compiler_is_a_clear_error(monkeypatch) -> None:
+    from paged_engine.attention import _build
+
+    monkeypatch.setenv("CXX", "no-such-compiler-for-paged")
+    with pytest.raises(_build.KernelBuildError, match=r"no C\+\+ compiler \(c\+\+ or \$CXX\) on PATH"):
+        _build._jit_build(with_cuda=False)
+
+
+def test_jit_build_without_sources_is_a_clear_error(monkeypatch, tmp_path) -> None:
+    from paged_engine.attention import _build
+
+    monkeypatch.setattr(_build, "CSRC", tmp_path)
+    with pytest.raises(_build.KernelBuildError, match=r"kernel sources not found under .* \(set PAGED_CSRC\)"):
+        _build._jit_build(with_cuda=False)
