@@ -71,6 +71,7 @@ def test_there_are_cuda_sources() -> None:
     assert SOURCES, f"no .cu files under {_build.CSRC / 'cuda'}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found: install the dev dependencies (nvidia-cuda-nvcc)")
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_cu_file_compiles_for_sm90(source: Path, tmp_path: Path) -> None:
