@@ -98,7 +98,7 @@ def _jit_build(with_cuda: bool) -> Path:
     from torch.utils.cpp_extension import load
 
     cflags = cpu_flags()
-    cuda_flags = ["-O3", "--use_fast_math", "-std=c++20", *cuda_arch_flags()] if with_cuda else []
+    cuda_flags = ["-O3", "--use_fast_math", *cuda_arch_flags()] if with_cuda else []  # torch adds its -std
     name = "paged_C_cuda" if with_cuda else "paged_C"
     build_dir = CACHE_ROOT / f"{torch.__version__}-{_source_hash([name, *cflags, *cuda_flags])}"
     build_dir.mkdir(parents=True, exist_ok=True)
