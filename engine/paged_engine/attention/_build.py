@@ -125,8 +125,11 @@ def find_or_build() -> Extension:
     with_cuda = wants_cuda()
     aot = _aot_library()
     if aot is not None:
-        torch.ops.load_library(str(aot))
-        return Extension(aot, with_cuda=has_cuda_kernels(), how="aot")
+        try:
+            torch.ops.load_library(str(aot))
+            return Extension(aot, with_cuda=has_cuda_kernels(), how="aot")
+        except OSError as exc:  # built for another torch or platform: the JIT build replaces it
+            log.warning("ignoring the ahead-of-time kernels at %s: %s", aot, exc)
     path = _jit_build(with_cuda)
     return Extension(path, with_cuda=has_cuda_kernels(), how="jit")
 
