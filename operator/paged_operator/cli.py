@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         scrape_timeout_s=args.scrape_timeout,
         watch_timeout_s=int(args.watch_timeout),
         request_timeout_s=args.request_timeout,
+        clusterwide=args.all_namespaces,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(

@@ -46,6 +46,7 @@ class Options:
     scrape_timeout_s: float = 2.0
     watch_timeout_s: int = 300
     request_timeout_s: float = 30.0
+    clusterwide: bool = True
 
 
 @dataclass
@@ -97,6 +98,8 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = options.request_timeout_s
     settings.networking.connect_timeout = 10
+    # Watching named namespaces needs no cluster-wide namespace listing (which a namespaced Role forbids).
+    settings.scanning.disabled = not options.clusterwide
 
 
 @kopf.on.login()
@@ -249,6 +252,7 @@ class ControlLoop:
     shared: Shared
     spec: ControllerSpec | None = None
     state: ControllerState | None = None
+    not_serving: dict[str, str] = field(default_factory=dict)
 
     def _state_for(self, spec: ControllerSpec, budgets: Budgets) -> ControllerState:
         """Keep the policies' windows across spec changes; (re)start the tuner when it is switched on or when its
@@ -278,25 +282,31 @@ class ControlLoop:
         alive = [p for p in pods if not status_builder.pod_is_terminating(p)]
         candidates = [engine_pod(p, children.ENGINE_PORT) for p in alive if status_builder.pod_is_ready(p)]
         admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
-        serving, _ = await admin.serving(candidates)
+        serving, not_serving = await admin.serving(candidates)
+        if not_serving != self.not_serving:
+            for pod, why in sorted(not_serving.items()):
+                log.info("%s/%s: pod %s is not serving yet: %s", namespace, name, pod, why)
+            self.not_serving = not_serving
         scraper = PodScraper(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
         scraped = await scraper.collect([p.metrics_target for p in serving])
         if scraped.failures:
             health.SCRAPE_FAILURES.labels(namespace).inc(len(scraped.failures))
+        status = _status(body)
+        desired = desired_replicas(md, status)
+        # Pods beyond the count the operator set (someone else scaled the Deployment) are not capacity it plans
+        # with: they are about to go.
         obs = Observation(
             time=scraped.time,
             ready_pods=tuple(p.name for p in serving),
-            starting=len(alive) - len(serving),
+            starting=max(0, min(len(alive), desired) - len(serving)),
             samples=scraped.samples,
             failures=scraped.failures,
         )
         plan, state = decide(spec, state, obs)
         self.spec, self.state = spec, state
 
-        status = _status(body)
         now = _now()
         current = (deployment.get("spec") or {}).get("replicas", 0)
-        desired = desired_replicas(md, status)
         scale = status_builder.scale_decision(plan, current, now)
         if plan.replicas is not None:
             desired = plan.replicas

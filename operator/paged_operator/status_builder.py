@@ -61,7 +61,7 @@ def ready_condition(ready: int, desired: int, min_replicas: int) -> ConditionVal
     if need == 0:
         return ConditionValue("True", "ScaledToZero", "no replicas wanted (replicas.min is 0)")
     if ready >= need:
-        return ConditionValue("True", "MinimumReplicasReady", f"{ready} of {desired} replicas ready")
+        return ConditionValue("True", "MinimumReplicasReady", f"{ready} replicas ready ({desired} desired)")
     return ConditionValue(
         "False", "MinimumReplicasUnavailable", f"{ready} replicas ready, at least {need} needed ({desired} desired)"
     )

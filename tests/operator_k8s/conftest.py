@@ -44,7 +44,7 @@ def md_crd(kube_admin: KubeClient) -> str:
     )
 
     def established() -> bool:
-        conditions = kube_admin.get(f"{CRDS}/{CRD_NAME}").get("status", {}).get("conditions", [])
+        conditions = (kube_admin.get(f"{CRDS}/{CRD_NAME}").get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     wait_for(f"CRD {CRD_NAME} established", established, timeout_s=30)

@@ -3,9 +3,11 @@ each Running pod's IP and stops it when the pod goes away.
 
 It does what a kubelet does with our container and no more: environment variables from ConfigMap and Secret
 references resolved when the container starts, ``$(VAR)`` expanded in the arguments, the container's own
-arguments run. Two substitutions make a pod run on this machine: the model argument becomes a local tiny
-model, and ``--host`` becomes the pod's IP (each pod has its own loopback address, as it has its own network
-namespace in a cluster).
+arguments run, and the pod's ``Ready`` condition kept to what the readiness probe (``/ready``) answers (kwok
+marks pods ready once, at start, and the test bed's control plane later flips that without a probe).
+
+Two substitutions make a pod run on this machine: the model argument becomes a local tiny model, and ``--host``
+becomes the pod's IP (each pod has its own loopback address, as it has its own network namespace in a cluster).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster.client import ApiError, KubeClient
+import httpx
+
+from e2e.cluster.client import STRATEGIC_MERGE_PATCH, ApiError, KubeClient
 
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -121,11 +125,27 @@ class FakeKubelet:
             engine.stop()
         for name, pod in running.items():
             with self._lock:
-                known = name in self._engines
-            if not known:
+                engine = self._engines.get(name)
+            if engine is None:
                 engine = self._start(pod)
                 with self._lock:
                     self._engines[name] = engine
+            self._probe(engine, pod)
+
+    def _probe(self, engine: Engine, pod: Mapping[str, Any]) -> None:
+        """The readiness probe: the pod's Ready condition follows the engine's /ready."""
+        try:
+            ready = httpx.get(f"{engine.url}/ready", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            ready = False
+        want = "True" if ready else "False"
+        have = next((c["status"] for c in pod["status"].get("conditions", []) if c["type"] == "Ready"), None)
+        if have != want:
+            self._client.patch(
+                f"/api/v1/namespaces/{self._namespace}/pods/{engine.pod}/status",
+                {"status": {"conditions": [{"type": "Ready", "status": want}]}},
+                content_type=STRATEGIC_MERGE_PATCH,
+            )
 
     def _start(self, pod: Mapping[str, Any]) -> Engine:
         (container,) = pod["spec"]["containers"]
