@@ -294,46 +294,64 @@ class Serving:
             "stop_reason": c.stop_reason,
         }  # fmt: skip
 
-    async def completion_stream(
+    def completion_stream(
         self, body: CompletionRequest, prompts: list[list[int]], params: list[SamplingParams]
     ) -> AsyncIterator[str]:
-        rid = random_id("cmpl")
+        offsets: dict[int, int] = {}  # text_offset of each choice's next token
+        opening = []
+        if body.echo:
+            for p, prompt in enumerate(prompts):
+                echo = self._echo_text(body, p, prompt)
+                for i in range(params[p].n):
+                    offsets[p * params[p].n + i] = len(echo)
+                    opening.append({"index": p * params[p].n + i, "text": echo, "logprobs": None,
+                                    "finish_reason": None})  # fmt: skip
+
+        def payload(u: ChoiceUpdate) -> dict[str, Any]:
+            index = u.choice.index
+            logprobs = None
+            if body.logprobs is not None and u.logprobs:
+                logprobs = self.completion_logprobs(list(u.logprobs), offsets.get(index, 0))
+            offsets[index] = offsets.get(index, 0) + len(u.text)
+            return {"index": index, "text": u.text, "logprobs": logprobs}
+
+        return self._sse("text_completion", "text_completion", random_id("cmpl"), body, prompts, params, opening,
+                         payload)  # fmt: skip
+
+    async def _sse(
+        self,
+        operation: str,
+        object_name: str,
+        rid: str,
+        body: _SamplingFields,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        opening: list[dict[str, Any]],
+        payload: Callable[[ChoiceUpdate], dict[str, Any]],
+    ) -> AsyncIterator[str]:
+        """Server-sent events for one request: ``opening`` chunks, one chunk per update, the usage chunk when
+        ``stream_options.include_usage`` asks for it (``usage`` is null in every other chunk), then ``[DONE]``."""
         created = now()
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         seen: dict[int, Choice] = {}
-        offsets: dict[int, int] = {}
 
-        def chunk(choices: list[dict[str, Any]], usage: Usage | None = None) -> str:
-            data = {"id": rid, "object": "text_completion", "created": created, "model": self.model_name,
-                    "choices": choices}  # fmt: skip
+        def event(choices: list[dict[str, Any]], usage: Usage | None = None) -> str:
+            data: dict[str, Any] = {"id": rid, "object": object_name, "created": created, "model": self.model_name,
+                                    "choices": choices}  # fmt: skip
             if include_usage:
-                data["usage"] = usage.model_dump() if usage is not None else None
+                data["usage"] = None if usage is None else usage.model_dump()
             return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
         try:
-            if body.echo:
-                for p, prompt in enumerate(prompts):
-                    echo = self._echo_text(body, p, prompt)
-                    for i in range(params[p].n):
-                        offsets[p * params[p].n + i] = len(echo)
-                        yield chunk([{"index": p * params[p].n + i, "text": echo, "logprobs": None,
-                                      "finish_reason": None}])  # fmt: skip
-            async for u in self.run("text_completion", prompts, params, body, rid):
+            for choice in opening:
+                yield event([choice])
+            async for u in self.run(operation, prompts, params, body, rid):
                 c = u.choice
                 seen[c.index] = c
-                logprobs = None
-                if body.logprobs is not None and u.logprobs:
-                    logprobs = self.completion_logprobs(list(u.logprobs), offsets.get(c.index, 0))
-                offsets[c.index] = offsets.get(c.index, 0) + len(u.text)
-                yield chunk([{
-                    "index": c.index, "text": u.text, "logprobs": logprobs,
-                    "finish_reason": c.finish_reason if u.finished else None,
-                    "stop_reason": c.stop_reason if u.finished else None,
-                }])  # fmt: skip
+                yield event([{**payload(u), "finish_reason": c.finish_reason if u.finished else None,
+                              "stop_reason": c.stop_reason if u.finished else None}])  # fmt: skip
             if include_usage:
-                data = {"id": rid, "object": "text_completion", "created": created, "model": self.model_name,
-                        "choices": [], "usage": self.usage(prompts, list(seen.values())).model_dump()}  # fmt: skip
-                yield f"data: {json.dumps(data)}\n\n"
+                yield event([], self.usage(prompts, list(seen.values())))
         except EngineDeadError as exc:
             yield _stream_error(503, "unavailable_error", str(exc))
         except APIError as exc:
@@ -388,44 +406,21 @@ class Serving:
             "usage": self.usage(prompts, ordered).model_dump(),
         }  # fmt: skip
 
-    async def chat_stream(
+    def chat_stream(
         self, body: ChatCompletionRequest, prompts: list[list[int]], params: list[SamplingParams]
     ) -> AsyncIterator[str]:
-        rid = random_id("chatcmpl")
-        created = now()
-        include_usage = body.stream_options is not None and body.stream_options.include_usage
-        seen: dict[int, Choice] = {}
+        opening = [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                   for i in range(params[0].n)]  # fmt: skip
 
-        def chunk(choices: list[dict[str, Any]]) -> str:
-            data = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model_name,
-                    "choices": choices}  # fmt: skip
-            if include_usage:
-                data["usage"] = None
-            return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+        def payload(u: ChoiceUpdate) -> dict[str, Any]:
+            return {
+                "index": u.choice.index,
+                "delta": {"content": u.text} if u.text or not u.finished else {},
+                "logprobs": self.chat_logprobs(u.logprobs) if body.logprobs and u.logprobs else None,
+            }
 
-        try:
-            for i in range(params[0].n):
-                yield chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                              "finish_reason": None}])  # fmt: skip
-            async for u in self.run("chat", prompts, params, body, rid):
-                c = u.choice
-                seen[c.index] = c
-                delta = {"content": u.text} if u.text or not u.finished else {}
-                yield chunk([{
-                    "index": c.index, "delta": delta,
-                    "logprobs": self.chat_logprobs(u.logprobs) if body.logprobs and u.logprobs else None,
-                    "finish_reason": c.finish_reason if u.finished else None,
-                    "stop_reason": c.stop_reason if u.finished else None,
-                }])  # fmt: skip
-            if include_usage:
-                data = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": self.model_name,
-                        "choices": [], "usage": self.usage(prompts, list(seen.values())).model_dump()}  # fmt: skip
-                yield f"data: {json.dumps(data)}\n\n"
-        except EngineDeadError as exc:
-            yield _stream_error(503, "unavailable_error", str(exc))
-        except APIError as exc:
-            yield _stream_error(exc.status, exc.type, exc.message)
-        yield "data: [DONE]\n\n"
+        return self._sse("chat", "chat.completion.chunk", random_id("chatcmpl"), body, prompts, params, opening,
+                         payload)  # fmt: skip
 
 
 def _stream_error(status: int, kind: str, message: str) -> str:
