@@ -169,9 +169,19 @@ async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
             if exc.code == 422:  # the API server refused a child we built: retrying cannot help
                 await kube.post_event(body, reason="ApplyRefused", message=str(exc), warning=True)
                 raise kopf.PermanentError(str(exc)) from exc
-            raise kopf.TemporaryError(str(exc), delay=_backoff(retry)) from exc
+            delay = _backoff(retry)
+            await _warn(kube, body, "ReconcileFailed", f"{exc} (retrying in {delay:g} s)")
+            raise kopf.TemporaryError(str(exc), delay=delay) from exc
         except httpx.HTTPError as exc:
             raise kopf.TemporaryError(f"API server unreachable: {exc}", delay=_backoff(retry)) from exc
+
+
+async def _warn(kube: KubeApi, body: Mapping[str, Any], reason: str, message: str) -> None:
+    """A Warning Event, best effort: failing to report a failure must not hide the failure itself."""
+    try:
+        await kube.post_event(body, reason=reason, message=message, warning=True)
+    except (ApiError, httpx.HTTPError) as exc:
+        log.warning("could not post event %s: %s", reason, exc)
 
 
 async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, Any]) -> None:

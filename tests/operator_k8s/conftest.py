@@ -92,6 +92,10 @@ class OperatorProcess:
         except httpx.HTTPError:
             return False
 
+    def ensure_alive(self) -> None:
+        if not self._alive():
+            raise AssertionError(f"operator liveness endpoint does not answer:\n{self.log()}")
+
     def log(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-6000:] for p in sorted(self.log_dir.glob("operator-*.log")))
 
