@@ -2,8 +2,8 @@
 
 One async HTTP client built from the same credentials kopf logged in with (``kopf.ConnectionInfo``), so the
 operator's own writes and kopf's watches act as the same identity (the ServiceAccount the chart binds).
-Errors keep the server's status: ``ApiError.permanent`` tells a refusal that retrying cannot fix (invalid,
-forbidden) from one that it can (conflict, throttling, unavailable).
+Errors keep the server's status code, reason and message, so handlers can tell an invalid object (422) from
+a failure that a retry may fix.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ REPLICAS_FIELD_MANAGER = "paged-operator-replicas"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 REPORTING_COMPONENT = "paged-operator"
-_PERMANENT_CODES = frozenset({400, 401, 403, 404, 405, 422})
 
 _COLLECTIONS: dict[str, str] = {
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
@@ -47,10 +46,6 @@ class ApiError(RuntimeError):
         self.reason = str(status.get("reason", ""))
         self.message = str(status.get("message", ""))
         super().__init__(f"{method} {path} -> {code} {self.reason}: {self.message}")
-
-    @property
-    def permanent(self) -> bool:
-        return self.code in _PERMANENT_CODES
 
 
 def collection_path(kind: str, namespace: str) -> str:

@@ -1,0 +1,62 @@
+"""The pure parts of the handlers and the command line: replica counts kept, policy state across spec changes."""
+
+from __future__ import annotations
+
+import pytest
+from paged_operator import handlers
+from paged_operator.budget_tuner import Budgets
+from paged_operator.cli import build_parser
+from paged_operator.kube_io import ApiError, collection_path, object_path
+from paged_operator.policy_config import controller_spec
+from paged_platform.api import ModelDeployment, ModelDeploymentStatus
+
+
+def md(**spec: object) -> ModelDeployment:
+    return ModelDeployment.model_validate({"metadata": {"name": "m", "namespace": "ns"}, "spec": spec})
+
+
+def test_desired_replicas_keeps_the_autoscalers_choice_inside_the_bounds() -> None:
+    fresh = ModelDeploymentStatus()
+    assert handlers.desired_replicas(md(replicas={"min": 2, "max": 5}), fresh) == 2
+    seen = ModelDeploymentStatus(observed_generation=3, desired_replicas=4)
+    assert handlers.desired_replicas(md(replicas={"min": 2, "max": 5}), seen) == 4
+    assert handlers.desired_replicas(md(replicas={"min": 1, "max": 3}), seen) == 3  # max lowered
+    assert handlers.desired_replicas(md(replicas={"min": 5, "max": 6}), seen) == 5  # kubectl scale raised min
+    manual = md(replicas={"min": 2, "max": 5}, autoscaling={"enabled": False})
+    assert handlers.desired_replicas(manual, seen) == 2
+
+
+ADAPTIVE = {"maxNumSeqs": 16, "maxNumBatchedTokens": 1024, "adaptive": {"enabled": True}}
+
+
+def test_policy_state_survives_spec_changes_and_the_tuner_follows_the_config_map() -> None:
+    loop = handlers.ControlLoop(handlers.Shared())
+    spec = controller_spec(md(schedulerBudget=ADAPTIVE).spec)
+    state = loop._state_for(spec, Budgets(16, 1024))
+    assert state.tuner is not None and state.tuner.budgets == Budgets(16, 1024)
+    loop.state = state
+    assert loop._state_for(spec, Budgets(16, 1024)) is state
+    # Someone else (a new static budget) changed the ConfigMap: the tuner restarts from it, windows are kept.
+    moved = loop._state_for(spec, Budgets(32, 2048))
+    assert moved.tuner is not None and moved.tuner.budgets == Budgets(32, 2048) and moved.window is state.window
+    static = controller_spec(md().spec)
+    assert loop._state_for(static, Budgets(64, 2048)).tuner is None
+
+
+def test_command_line() -> None:
+    args = build_parser().parse_args(["run", "--standalone", "-n", "a", "-n", "b", "--metrics-port", "9090"])
+    assert (args.namespace, args.standalone, args.metrics_port, args.all_namespaces) == (["a", "b"], True, 9090, False)
+    for bad in (["run"], ["run", "-A", "-n", "x"], ["run", "-A", "--metrics-port", "70000"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(bad)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "-A", "--scrape-timeout", "0"])
+
+
+def test_api_paths_and_errors() -> None:
+    assert collection_path("PodDisruptionBudget", "ns") == "/apis/policy/v1/namespaces/ns/poddisruptionbudgets"
+    assert object_path("Deployment", "ns", "m") == "/apis/apps/v1/namespaces/ns/deployments/m"
+    with pytest.raises(ValueError, match="'Node' is not one the operator manages"):
+        collection_path("Node", "ns")
+    error = ApiError("PATCH", "/x", 403, {"reason": "Forbidden", "message": "no"})
+    assert (error.code, error.reason, str(error)) == (403, "Forbidden", "PATCH /x -> 403 Forbidden: no")
