@@ -17,7 +17,7 @@ import re
 import secrets
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,18 @@ from .helm import render_chart
 def _sigterm_as_interrupt(signum: int, frame: object) -> None:
     # pytest unwinds a KeyboardInterrupt through its finalizers, so a SIGTERM'd run still stops the control plane.
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that used the control plane says where the components' logs are."""
+    report = yield
+    plane = getattr(item, "funcargs", {}).get("kube_cluster")
+    if report.failed and isinstance(plane, ControlPlane):
+        report.sections.append(("kube control plane", f"component logs: {plane.workdir}/*.log"))
+    return report
 
 
 @pytest.fixture(scope="session")
