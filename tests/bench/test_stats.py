@@ -97,3 +97,17 @@ def test_empty_distribution_is_nan() -> None:
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=50), st.floats(0, 100))
 def test_percentile_matches_numpy(values: list[float], q: float) -> None:
     assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-9, abs=1e-6)
+
+
+def test_json_report_writes_empty_distributions_as_null(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from paged_platform.bench.report import write_json
+
+    summary = summarize([RequestResult(ok=False, error="HTTP 500")], duration=2.0, slo=SLO(ttft=1.0))
+    path = tmp_path / "r.json"
+    write_json(path, summary, {"dataset": "random"})
+    data = json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert data["metadata"] == {"dataset": "random"}
+    assert data["ttft"] == {"count": 0, "mean": None, "median": None, "p90": None, "p99": None}
+    assert (data["failed"], data["errors"], data["good_requests"], data["goodput"]) == (1, {"HTTP 500": 1}, 0, 0.0)
