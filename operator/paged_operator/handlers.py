@@ -260,7 +260,6 @@ class ControlLoop:
     """One ModelDeployment's decisions: the policies' state and what was last carried out."""
 
     shared: Shared
-    spec: ControllerSpec | None = None
     state: ControllerState | None = None
     not_serving: dict[str, str] = field(default_factory=dict)
 
@@ -313,7 +312,7 @@ class ControlLoop:
             failures=scraped.failures,
         )
         plan, state = decide(spec, state, obs)
-        self.spec, self.state = spec, state
+        self.state = state
 
         now = _now()
         current = (deployment.get("spec") or {}).get("replicas", 0)
