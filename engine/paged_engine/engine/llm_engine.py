@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paged_engine.core import EngineCoreOutput, Request, RequestValidationError
 from paged_engine.engine.config import EngineConfig
@@ -20,11 +21,14 @@ from paged_engine.engine.outputs import CompletionOutput, RequestOutput
 from paged_engine.loader.default_model import resolve_model
 from paged_engine.sampling_params import SamplingParams
 
+if TYPE_CHECKING:
+    from paged_engine.tokenizer.detokenizer import IncrementalDetokenizer
+
 
 @dataclass
 class _Sample:
     output: CompletionOutput
-    detokenizer: object  # IncrementalDetokenizer
+    detokenizer: IncrementalDetokenizer
     core_id: str
 
 
@@ -82,7 +86,7 @@ class LLMEngine:
         for core_id in child_ids:
             self._core_to_request[core_id] = request_id
 
-    def _detokenizer(self, prompt_token_ids: list[int], params: SamplingParams) -> object:
+    def _detokenizer(self, prompt_token_ids: list[int], params: SamplingParams) -> IncrementalDetokenizer:
         from paged_engine.tokenizer.detokenizer import IncrementalDetokenizer
 
         return IncrementalDetokenizer.from_params(self.tokenizer, prompt_token_ids, params)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paged_engine.engine.config import EngineConfig
 from paged_engine.engine.llm_engine import LLMEngine
 from paged_engine.engine.outputs import RequestOutput
 from paged_engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from paged_engine.tokenizer import FastTokenizer
 
 PromptType = str | Sequence[int] | dict[str, Any]
 
@@ -46,7 +49,7 @@ class LLM:
         self._ids = itertools.count()
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> FastTokenizer:
         return self.engine.tokenizer
 
     def generate(
