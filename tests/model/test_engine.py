@@ -165,3 +165,21 @@ def test_prompt_forms_and_per_prompt_params(gemma_folder, gemma_expected):
         llm.generate([p0, p1], [GREEDY])
     with pytest.raises(ValueError, match="needs 'prompt' or 'prompt_token_ids'"):
         llm.generate([{"text": "t5"}])
+
+
+def test_abort_frees_blocks_and_leaves_others(gemma_folder, gemma_expected):
+    llm = make_llm(gemma_folder)
+    engine = llm.engine
+    pool = engine.core.scheduler.kv.pool
+    free_before = pool.num_free_blocks
+    engine.add_request("keep", prompts()[2], GREEDY)
+    engine.add_request("drop", prompts()[3], SamplingParams(temperature=0.0, n=2, max_tokens=50, ignore_eos=True))
+    engine.step()
+    engine.abort_request("drop")
+    finished = []
+    while engine.has_unfinished_requests():
+        finished += engine.step()
+    assert [o.request_id for o in finished] == ["keep"]
+    assert finished[0].outputs[0].token_ids == gemma_expected[2]
+    engine.step()  # the runner hears of the last finished request
+    assert pool.num_free_blocks == free_before
