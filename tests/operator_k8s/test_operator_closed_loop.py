@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -105,6 +106,27 @@ def decisions(client: KubeClient, ns: str, kind: str) -> list[dict[str, Any]]:
     return [d for d in status.get("decisions", []) if d["kind"] == kind and not d.get("dryRun")]
 
 
+def engines_agree(client: KubeClient, ns: str, kubelet: FakeKubelet) -> bool:
+    """Every serving engine reports the budget in status (pushed live, or started with it from the ConfigMap)."""
+    budget = (client.get(md_path(ns, NAME)).get("status") or {}).get("budget") or {}
+    config = client.get(f"/api/v1/namespaces/{ns}/configmaps/{NAME}-engine")["data"]
+    if str(budget.get("maxNumSeqs")) != config["maxNumSeqs"]:
+        return False
+    checked = 0
+    for engine in kubelet.engines():
+        try:
+            if httpx.get(f"{engine.url}/ready", timeout=2).status_code != 200:
+                continue  # still loading: it reads the ConfigMap's budget when it starts
+        except httpx.HTTPError:
+            continue
+        text = httpx.get(f"{engine.url}/metrics", timeout=5).text
+        found = re.search(r"^paged_scheduler_max_num_seqs(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.MULTILINE)
+        if found is None or float(found.group(1)) != budget["maxNumSeqs"]:
+            return False
+        checked += 1
+    return checked > 0
+
+
 def test_load_scales_up_and_tunes_then_scales_down_after_the_window(
     kube_admin: KubeClient, kube_namespace: str, operator: OperatorProcess, kubelet: FakeKubelet
 ) -> None:
@@ -124,6 +146,7 @@ def test_load_scales_up_and_tunes_then_scales_down_after_the_window(
         wait_for("a scale-up", lambda: replicas(kube_admin, ns) >= 2, timeout_s=240, interval_s=1)
         wait_for("a budget decision", lambda: decisions(kube_admin, ns, "budget"), timeout_s=120, interval_s=1)
         wait_for("the new replicas serving", lambda: len(kubelet.engines()) >= 2, timeout_s=120, interval_s=1)
+        wait_for("every engine running the budget in status", lambda: engines_agree(kube_admin, ns, kubelet), 60, 1)
         time.sleep(10)  # the new engines take load for a couple of decisions
     finally:
         load.stop()
