@@ -35,6 +35,18 @@ def test_identical_repeat_hits_all_but_the_last_token_rounded_down(length):
     assert out.new_requests[0].num_computed_tokens == (length - 1) // BS * BS
 
 
+def test_prompt_logprobs_request_computes_the_whole_prompt():
+    scheduler = make_scheduler(block_size=BS)
+    runner = FakeRunner(scheduler.kv.config)
+    scheduler.add_request(new_request("a", list(range(13))))
+    run_until_done(scheduler, runner)
+    scheduler.add_request(new_request("b", list(range(13)), params={"prompt_logprobs": 1}))
+    out, result = step(scheduler, runner)
+    assert result.stats.prefix_cache_hits == 0
+    assert out.new_requests[0].num_computed_tokens == 0
+    assert out.num_scheduled_tokens["b"] == 13
+
+
 @pytest.mark.parametrize(
     ("salt_a", "salt_b", "caching", "hit"),
     [("x", "y", True, 0), (None, "y", True, 0), ("x", "x", True, 8), (None, None, False, 0)],

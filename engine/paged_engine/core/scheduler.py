@@ -217,7 +217,9 @@ class Scheduler:
                 break
             computed = None
             num_computed = request.num_computed_tokens
-            if self.kv.enable_caching and not self.kv.holds_blocks(request.request_id):
+            # A request that wants prompt logprobs must compute every prompt position, so it skips the cache.
+            wants_prompt_logprobs = request.sampling_params.prompt_logprobs is not None
+            if self.kv.enable_caching and not wants_prompt_logprobs and not self.kv.holds_blocks(request.request_id):
                 computed = self.kv.get_computed_blocks(request, max_hit_tokens=request.schedule_target - 1)
                 num_computed += computed.num_tokens
             num_new = self._num_new_tokens(request, num_computed, budget)
