@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
+import httpx
+import kopf
 import pytest
 from paged_operator import handlers
 from paged_operator.budget_tuner import Budgets
 from paged_operator.cli import build_parser
-from paged_operator.kube_io import ApiError, collection_path, object_path
+from paged_operator.kube_io import ApiError, KubeApi, collection_path, object_path
 from paged_operator.policy_config import controller_spec
 from paged_platform.api import ModelDeployment, ModelDeploymentStatus
 
@@ -60,3 +64,32 @@ def test_api_paths_and_errors() -> None:
         collection_path("Node", "ns")
     error = ApiError("PATCH", "/x", 403, {"reason": "Forbidden", "message": "no"})
     assert (error.code, error.reason, str(error)) == (403, "Forbidden", "PATCH /x -> 403 Forbidden: no")
+
+
+async def test_an_object_the_types_refuse_is_reported_once_and_not_retried() -> None:
+    """What the CRD should have refused (an older CRD, a rule that differs): Ready=False/InvalidSpec, a Warning
+    Event, and a permanent error, so kopf does not retry it in a loop."""
+    requests: list[tuple[str, str, dict]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append((request.method, request.url.path, json.loads(request.content)))
+        return httpx.Response(200, json={})
+
+    shared = handlers.Shared()
+    shared._kube = KubeApi(httpx.AsyncClient(base_url="https://api", transport=httpx.MockTransport(handler)))
+    body = {
+        "apiVersion": "paged.dev/v1alpha1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "m", "namespace": "ns", "uid": "u1", "generation": 1},
+        "spec": {"replicas": {"min": 3, "max": 2}},
+    }
+    with pytest.raises(kopf.PermanentError, match="invalid ModelDeployment"):
+        await handlers.reconcile(body=body, memo=kopf.Memo(shared=shared), retry=0)
+    await shared.aclose()
+    (patch, event) = requests
+    assert patch[:2] == ("PATCH", "/apis/paged.dev/v1alpha1/namespaces/ns/modeldeployments/m/status")
+    (ready,) = patch[2]["status"]["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "False", "InvalidSpec")
+    assert "replicas.min must not exceed replicas.max" in ready["message"]
+    assert event[:2] == ("POST", "/api/v1/namespaces/ns/events")
+    assert (event[2]["type"], event[2]["reason"]) == ("Warning", "InvalidSpec")
