@@ -6,6 +6,7 @@ calls it in-process and the server runs it in its own process behind a queue.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterable
@@ -17,6 +18,7 @@ from paged_engine.attention import get_backend
 from paged_engine.core import EngineCoreOutput, Request, Scheduler, SchedulerConfig, SchedulerStats
 from paged_engine.engine.config import EngineConfig
 from paged_engine.loader.hf import load_hf_model
+from paged_engine.sampling_params import SamplingParams
 from paged_engine.worker.kv_cache import plan_kv_cache
 from paged_engine.worker.model_runner import ModelRunner
 
@@ -89,6 +91,24 @@ class EngineCore:
     def add_request(self, request: Request) -> None:
         """Queue ``request``; invalid ones raise (``RequestValidationError``) and change nothing."""
         self.scheduler.add_request(request)
+
+    def make_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> Request:
+        """A core request ending at this model's EOS. A request holds one EOS id, so the model's other end
+        tokens (e.g. Gemma's ``<end_of_turn>``) become stop tokens unless ``ignore_eos`` is set."""
+        extra_eos = [t for t in self.eos_token_ids[1:] if t not in params.stop_token_ids]
+        if extra_eos and not params.ignore_eos:
+            params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_eos])
+        eos = self.eos_token_ids[0] if self.eos_token_ids else None
+        return Request(request_id, prompt_token_ids, params, eos_token_id=eos, arrival_time=arrival_time,
+                       priority=priority, cache_salt=cache_salt)  # fmt: skip
 
     def abort_requests(self, request_ids: Iterable[str]) -> list[EngineCoreOutput]:
         return self.scheduler.abort(request_ids)

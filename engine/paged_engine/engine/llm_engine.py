@@ -8,13 +8,12 @@ this side, so the request is then aborted in the core and reported with ``finish
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from paged_engine.core import EngineCoreOutput, Request, RequestValidationError
+from paged_engine.core import EngineCoreOutput, RequestValidationError
 from paged_engine.engine.config import EngineConfig
 from paged_engine.engine.engine_core import EngineCore
 from paged_engine.engine.outputs import CompletionOutput, RequestOutput
@@ -68,12 +67,7 @@ class LLMEngine:
         bad = next((t for t in token_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise RequestValidationError("prompt", f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
-        core_params = params
-        extra_eos = [t for t in self.core.eos_token_ids[1:] if t not in params.stop_token_ids]
-        if extra_eos and not params.ignore_eos:
-            core_params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_eos])
-        eos = self.core.eos_token_ids[0] if self.core.eos_token_ids else None
-        self.core.add_request(Request(request_id, token_ids, core_params, eos_token_id=eos))
+        self.core.add_request(self.core.make_request(request_id, token_ids, params))
         child_ids = [request_id] if params.n == 1 else [f"{request_id}-{i}" for i in range(params.n)]
         samples = {
             core_id: _Sample(CompletionOutput(index=i), self._detokenizer(token_ids, params), core_id)

@@ -6,7 +6,6 @@ The model runner's persistent batch is sized once, at start-up, for ``max_num_se
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -71,13 +70,9 @@ class ServingEngine:
         priority: int,
         cache_salt: str | None,
     ) -> None:
-        eos_ids = self.core.eos_token_ids
-        extra_eos = [t for t in eos_ids[1:] if t not in params.stop_token_ids]
-        if extra_eos and not params.ignore_eos:
-            params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_eos])
-        request = Request(request_id, prompt_token_ids, params, eos_token_id=eos_ids[0] if eos_ids else None,
-                          arrival_time=arrival_time, priority=priority, cache_salt=cache_salt)  # fmt: skip
-        self.core.add_request(request)
+        self.core.add_request(
+            self.core.make_request(request_id, prompt_token_ids, params, arrival_time, priority, cache_salt)
+        )
 
     def abort_requests(self, request_ids: list[str]) -> list[Any]:
         return self.core.abort_requests(request_ids)
