@@ -198,7 +198,6 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
     status = _status(body)
     desired = desired_replicas(md, status)
     deployment = await kube.apply(children.replicas_patch(md, desired), field_manager=REPLICAS_FIELD_MANAGER)
-    health.DESIRED_REPLICAS.labels(namespace, md.metadata.name).set(desired)
 
     generation = meta.get("generation")
     if status.observed_generation != generation:
@@ -217,6 +216,7 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
     dep_status = deployment.get("status") or {}
     status.replicas = dep_status.get("replicas", 0)
     status.ready_replicas = dep_status.get("readyReplicas", 0)
+    health.observe_fleet(namespace, md.metadata.name, md.spec, desired, status.ready_replicas)
     _set(status, "Progressing", status_builder.progressing_condition(deployment, desired), now, generation)
     ready = status_builder.ready_condition(status.ready_replicas, desired, md.spec.replicas.min)
     _set(status, "Ready", ready, now, generation)
@@ -321,7 +321,6 @@ class ControlLoop:
             desired = plan.replicas
         if desired != current:
             deployment = await kube.apply(children.replicas_patch(md, desired), field_manager=REPLICAS_FIELD_MANAGER)
-        health.DESIRED_REPLICAS.labels(namespace, name).set(desired)
 
         in_force = budgets
         tuned = status_builder.budget_decision(plan, budgets, now)
@@ -338,6 +337,7 @@ class ControlLoop:
         status.desired_replicas = desired
         status.replicas = len(alive)
         status.ready_replicas = len(serving)
+        health.observe_fleet(namespace, name, md.spec, desired, status.ready_replicas)
         status.selector = children.selector_string(md)
         status.endpoint = children.endpoint(md)
         status.budget = status_builder.budget_state(in_force)

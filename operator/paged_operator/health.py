@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
+from paged_platform.api.spec import ModelDeploymentSpec
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 RECONCILES = Counter(
@@ -27,6 +28,21 @@ RECONCILE_DURATION = Histogram(
 )
 DESIRED_REPLICAS = Gauge(
     "paged_operator_desired_replicas", "Replica count the operator set, per ModelDeployment", ["namespace", "name"]
+)
+READY_REPLICAS = Gauge(
+    "paged_operator_ready_replicas",
+    "Ready replicas of the child Deployment, per ModelDeployment",
+    ["namespace", "name"],
+)
+MAX_REPLICAS = Gauge(
+    "paged_operator_max_replicas",
+    "spec.replicas.max, only while the autoscaler may change the count (the at-max alert compares against it)",
+    ["namespace", "name"],
+)
+TTFT_SLO = Gauge(
+    "paged_operator_ttft_slo_seconds",
+    "The TTFT p95 objective of a ModelDeployment, labelled with its served model name to join engine metrics",
+    ["namespace", "name", "model_name"],
 )
 DECISIONS = Counter(
     "paged_operator_decisions_total",
@@ -54,10 +70,33 @@ def timed(handler: str) -> Iterator[None]:
         RECONCILE_DURATION.labels(handler).observe(time.perf_counter() - start)
 
 
+def observe_fleet(namespace: str, name: str, spec: ModelDeploymentSpec, desired: int, ready: int) -> None:
+    """The per-ModelDeployment gauges the fleet dashboard and the alerts read."""
+    DESIRED_REPLICAS.labels(namespace, name).set(desired)
+    READY_REPLICAS.labels(namespace, name).set(ready)
+    if spec.autoscaling.enabled and spec.replicas.max > spec.replicas.min:
+        MAX_REPLICAS.labels(namespace, name).set(spec.replicas.max)
+    else:
+        with suppress(KeyError):
+            MAX_REPLICAS.remove(namespace, name)
+    _forget_slo(namespace, name)
+    slo = spec.autoscaling.targets.ttft_p95_seconds
+    if slo is not None:
+        TTFT_SLO.labels(namespace, name, spec.model.resolved_served_name).set(slo)
+
+
+def _forget_slo(namespace: str, name: str) -> None:
+    for labels in [s.labels for metric in TTFT_SLO.collect() for s in metric.samples]:
+        if labels["namespace"] == namespace and labels["name"] == name:
+            TTFT_SLO.remove(namespace, name, labels["model_name"])
+
+
 def forget(namespace: str, name: str) -> None:
-    """Drop a deleted ModelDeployment's gauge so it does not report a stale count forever."""
-    with suppress(KeyError):
-        DESIRED_REPLICAS.remove(namespace, name)
+    """Drop a deleted ModelDeployment's gauges so they do not report stale values forever."""
+    for gauge in (DESIRED_REPLICAS, READY_REPLICAS, MAX_REPLICAS):
+        with suppress(KeyError):
+            gauge.remove(namespace, name)
+    _forget_slo(namespace, name)
 
 
 def serve_metrics(port: int, addr: str = "0.0.0.0", registry: CollectorRegistry = REGISTRY) -> None:
