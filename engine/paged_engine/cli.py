@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-num-batched-tokens", type=_positive, default=2048,
                        help="scheduler budget: tokens per step")  # fmt: skip
     serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    serve.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
+                       help="priority: requests with a lower 'priority' value are served (and kept) first")  # fmt: skip
     serve.add_argument("--attention-backend", default=os.environ.get("PAGED_ATTENTION_BACKEND", "auto"),
                        help="auto, reference, cpu or cuda (env PAGED_ATTENTION_BACKEND)")  # fmt: skip
     serve.add_argument("--max-waiting-requests", type=_positive, default=1024,

@@ -185,3 +185,27 @@ def test_sigterm_lets_in_flight_requests_finish_then_exits_zero(own_server) -> N
     assert server.process.wait(60) == 0
     assert chunks[-1] == "data: [DONE]"
     assert sum(1 for c in chunks if c.startswith("data: {")) == 120
+
+
+def test_priority_policy_admits_the_most_urgent_waiting_request_first(own_server) -> None:  # type: ignore[no-untyped-def]
+    server = own_server("--scheduling-policy", "priority", "--max-num-seqs", "1")
+    finished: list[str] = []
+    lock = threading.Lock()
+
+    def send(name: str, priority: int, max_tokens: int) -> None:
+        body = {"model": MODEL_NAME, "prompt": name, "max_tokens": max_tokens, "ignore_eos": True,
+                "priority": priority}  # fmt: skip
+        httpx.post(f"{server.url}/v1/completions", json=body, timeout=120).raise_for_status()
+        with lock:
+            finished.append(name)
+
+    first = threading.Thread(target=send, args=("running", 5, 80))
+    first.start()
+    wait_for(lambda: scrape(server)["paged_requests_running"] == 1)
+    late = [threading.Thread(target=send, args=("low", 10, 4)), threading.Thread(target=send, args=("urgent", 0, 4))]
+    for waiting, worker in enumerate(late, start=1):
+        worker.start()
+        wait_for(lambda n=waiting: scrape(server)["paged_requests_waiting"] == n)
+    for worker in (first, *late):
+        worker.join()
+    assert finished == ["running", "urgent", "low"]

@@ -23,6 +23,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     long_prefill_token_threshold: int = 0
     enable_prefix_caching: bool = True
+    scheduling_policy: str = "fcfs"  # or "priority": lower Request.priority first, then arrival order
     num_threads: int | None = None  # torch intra-op threads; None leaves torch's default
 
     def __post_init__(self) -> None:

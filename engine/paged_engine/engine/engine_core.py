@@ -72,6 +72,7 @@ class EngineCore:
                 max_model_len=self.max_model_len,
                 long_prefill_token_threshold=config.long_prefill_token_threshold,
                 enable_prefix_caching=config.enable_prefix_caching,
+                policy=config.scheduling_policy,
             ),
             plan.config,
         )

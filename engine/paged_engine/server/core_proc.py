@@ -34,6 +34,7 @@ class CoreConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     enable_prefix_caching: bool
+    scheduling_policy: str
     attention_backend: str
     seed: int
     log_level: str

@@ -39,6 +39,7 @@ def serve(args: argparse.Namespace) -> int:
         model=args.model, dtype=args.dtype, block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=args.enable_prefix_caching,
+        scheduling_policy=args.scheduling_policy,
         attention_backend=args.attention_backend, seed=args.seed, log_level=args.log_level,
         input_address=f"ipc://{ipc_dir}/input", output_address=f"ipc://{ipc_dir}/output",
     )  # fmt: skip

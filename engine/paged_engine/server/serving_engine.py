@@ -46,6 +46,7 @@ class ServingEngine:
             attention_backend=config.attention_backend, block_size=config.block_size,
             kv_cache_memory=config.kv_cache_memory, max_model_len=config.max_model_len, max_num_seqs=limit,
             max_num_batched_tokens=config.max_num_batched_tokens, enable_prefix_caching=config.enable_prefix_caching,
+            scheduling_policy=config.scheduling_policy,
         )  # fmt: skip
         core = EngineCore(engine_config, Path(model_path))
         core.scheduler.update_budgets(max_num_seqs=config.max_num_seqs)
