@@ -12,17 +12,19 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-KV_USAGE = "paged_kv_cache_usage_ratio"
-RUNNING = "paged_requests_running"
-WAITING = "paged_requests_waiting"
-PREEMPTIONS = "paged_preemptions_total"
-PREFIX_QUERIES = "paged_prefix_cache_queries_total"
-PREFIX_HITS = "paged_prefix_cache_hits_total"
-PROMPT_TOKENS = "paged_prompt_tokens_total"
-GENERATION_TOKENS = "paged_generation_tokens_total"
-TTFT = "paged_time_to_first_token_seconds"
-MAX_NUM_SEQS = "paged_scheduler_max_num_seqs"
-MAX_NUM_BATCHED_TOKENS = "paged_scheduler_max_num_batched_tokens"
+from paged_platform.metric_names import (
+    GENERATION_TOKENS,
+    KV_USAGE,
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
+    PREEMPTIONS,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    PROMPT_TOKENS,
+    RUNNING,
+    TTFT,
+    WAITING,
+)
 
 
 class MetricsParseError(ValueError):

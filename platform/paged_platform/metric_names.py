@@ -1,0 +1,18 @@
+"""The engine's Prometheus series that the operator and `paged-ctl` read (the metric contract in docs/design.md).
+
+One list for both readers, so a rename is one edit here plus the engine's own ``server/metrics.py``.
+"""
+
+KV_USAGE = "paged_kv_cache_usage_ratio"
+RUNNING = "paged_requests_running"
+WAITING = "paged_requests_waiting"
+PREEMPTIONS = "paged_preemptions_total"
+PREFIX_QUERIES = "paged_prefix_cache_queries_total"
+PREFIX_HITS = "paged_prefix_cache_hits_total"
+PROMPT_TOKENS = "paged_prompt_tokens_total"
+GENERATION_TOKENS = "paged_generation_tokens_total"
+FINISHED = "paged_request_success_total"
+TTFT = "paged_time_to_first_token_seconds"
+ITL = "paged_inter_token_latency_seconds"
+MAX_NUM_SEQS = "paged_scheduler_max_num_seqs"
+MAX_NUM_BATCHED_TOKENS = "paged_scheduler_max_num_batched_tokens"
