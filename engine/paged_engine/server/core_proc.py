@@ -43,13 +43,9 @@ class CoreConfig:
 
 
 class _CoreLoop:
-    def __init__(self, config: CoreConfig, engine: Any, to_send: queue.Queue[bytes | None]) -> None:
-        from paged_engine.core import RequestValidationError
-
-        self.config = config
+    def __init__(self, engine: Any, to_send: queue.Queue[bytes | None]) -> None:
         self.engine = engine
         self.to_send = to_send
-        self.validation_error = RequestValidationError
         self.unscheduled: set[str] = set()  # requests whose first scheduling is still to be reported
         self.stopping = False
 
@@ -61,7 +57,7 @@ class _CoreLoop:
                     message.request_id, message.prompt_token_ids, message.sampling_params,
                     arrival_time=message.arrival_time, priority=message.priority, cache_salt=message.cache_salt,
                 )  # fmt: skip
-            except (self.validation_error, ValueError) as exc:
+            except ValueError as exc:  # RequestValidationError included
                 return [ipc.RequestDelta(message.request_id, [], finish_reason="abort", error=str(exc))]
             self.unscheduled.add(message.request_id)
         elif isinstance(message, ipc.AbortRequests):
@@ -168,7 +164,7 @@ def run_engine_core(config: CoreConfig) -> None:
     threading.Thread(target=_receive, args=(inbound, inbox), name="core-input", daemon=True).start()
     sender = threading.Thread(target=_send, args=(outbound, outbox), name="core-output", daemon=True)
     sender.start()
-    loop = _CoreLoop(config, engine, outbox)
+    loop = _CoreLoop(engine, outbox)
     try:
         while not loop.stopping:
             busy = engine.has_unfinished_requests()
