@@ -18,7 +18,9 @@ from paged_engine.attention import get_backend
 from paged_engine.core import EngineCoreOutput, Request, Scheduler, SchedulerConfig, SchedulerStats
 from paged_engine.engine.config import EngineConfig
 from paged_engine.loader.hf import load_hf_model
+from paged_engine.models.cpu_gemm import resolve_gemm_backend
 from paged_engine.sampling_params import SamplingParams
+from paged_engine.worker.cpu_malloc import keep_freed_memory
 from paged_engine.worker.kv_cache import plan_kv_cache
 from paged_engine.worker.model_runner import ModelRunner
 
@@ -42,8 +44,14 @@ class EngineCore:
     def __init__(self, config: EngineConfig, model_folder: Path) -> None:
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
+        if torch.device(config.device).type == "cpu":
+            keep_freed_memory()
         self.config = config
         model, hf_config = load_hf_model(model_folder, dtype=config.torch_dtype, device=config.device)
+        self.gemm_backend = resolve_gemm_backend(config.gemm_backend, torch.device(config.device), config.torch_dtype)
+        if self.gemm_backend == "onednn":
+            model.pack_weights_for_cpu()
+        logger.info("GEMM backend: %s", self.gemm_backend)
         self.model = model
         self.eos_token_ids = eos_token_ids(model_folder, hf_config)
         self.max_model_len = config.max_model_len or model.spec.max_position_embeddings

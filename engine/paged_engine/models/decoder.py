@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from paged_engine.attention.backend import AttentionMetadata
+from paged_engine.models.cpu_gemm import PackedLinear, pack_linear_layers
 from paged_engine.models.layers import GatedMLP, PagedAttention, RMSNorm, apply_rope, rope_cos_sin
 
 
@@ -114,7 +115,9 @@ class DecoderForCausalLM(nn.Module):
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.norm_offset)
-        self.lm_head = None if spec.tie_word_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        self.lm_head: nn.Module | None = (
+            None if spec.tie_word_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        )
         for i, inv_freq in enumerate(spec.rope_inv_freqs):
             self.register_buffer(f"rope_inv_freq_{i}", inv_freq.clone(), persistent=False)
         self.requires_grad_(False)
@@ -141,12 +144,22 @@ class DecoderForCausalLM(nn.Module):
             x = layer(x, rope, meta)
         return self.norm(x)
 
+    def pack_weights_for_cpu(self) -> None:
+        """Pre-pack every GEMM weight, the LM head included, into oneDNN's layout (see ``cpu_gemm``). A tied
+        head gets its own packed copy: the embedding keeps its dense rows for lookups."""
+        if self.lm_head is None:
+            self.lm_head = PackedLinear(self.embed_tokens.weight, None)
+        pack_linear_layers(self)
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, vocab]`` in fp32 for already-selected hidden rows (only rows that sample)."""
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        # ``weight @ hidden.T`` streams the [vocab, hidden] matrix once against a small right-hand side, which
-        # BLAS runs markedly faster than the skinny ``hidden @ weight.T`` (few rows, 262,144 columns for Gemma).
-        logits = torch.mm(weight, hidden.T).T.float().contiguous()
+        if isinstance(self.lm_head, PackedLinear):
+            logits = self.lm_head(hidden).float()
+        else:
+            weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+            # ``weight @ hidden.T`` streams the [vocab, hidden] matrix once against a small right-hand side,
+            # which BLAS runs faster than the skinny ``hidden @ weight.T`` (262,144 columns for Gemma).
+            logits = torch.mm(weight, hidden.T).T.float().contiguous()
         cap = self.spec.final_logit_softcap
         if cap > 0.0:
             logits = torch.tanh(logits / cap) * cap

@@ -36,6 +36,7 @@ class CoreConfig:
     enable_prefix_caching: bool
     scheduling_policy: str
     attention_backend: str
+    gemm_backend: str
     seed: int
     log_level: str
     input_address: str

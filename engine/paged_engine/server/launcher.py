@@ -40,7 +40,8 @@ def serve(args: argparse.Namespace) -> int:
         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=args.enable_prefix_caching,
         scheduling_policy=args.scheduling_policy,
-        attention_backend=args.attention_backend, seed=args.seed, log_level=args.log_level,
+        attention_backend=args.attention_backend, gemm_backend=args.gemm_backend, seed=args.seed,
+        log_level=args.log_level,
         input_address=f"ipc://{ipc_dir}/input", output_address=f"ipc://{ipc_dir}/output",
     )  # fmt: skip
     process = multiprocessing.get_context("spawn").Process(
@@ -91,7 +92,8 @@ async def _serve(args: argparse.Namespace, core: CoreConfig, process: multiproce
         state.serving = Serving(client, tokenizer, served_name, info["max_model_len"], args.max_waiting_requests,
                                 timeline)  # fmt: skip
         metrics.observe_budgets(info["max_num_seqs"], info["max_num_batched_tokens"])
-        metrics.set_info(attention_backend=str(info.get("attention_backend")), dtype=str(info.get("dtype")),
+        metrics.set_info(attention_backend=str(info.get("attention_backend")),
+                         gemm_backend=str(info.get("gemm_backend")), dtype=str(info.get("dtype")),
                          num_kv_blocks=str(info.get("num_blocks")), block_size=str(core.block_size))  # fmt: skip
         log.info("ready: serving %s on http://%s:%d (%s KV blocks of %d tokens, context %d)", served_name,
                  args.host, args.port, info.get("num_blocks"), core.block_size, info["max_model_len"])  # fmt: skip

@@ -43,7 +43,7 @@ class ServingEngine:
         limit = max(MAX_NUM_SEQS_LIMIT_FLOOR, config.max_num_seqs)
         engine_config = EngineConfig(
             model=str(model_path), dtype="float32" if config.dtype == "auto" else config.dtype,
-            attention_backend=config.attention_backend, block_size=config.block_size,
+            attention_backend=config.attention_backend, gemm_backend=config.gemm_backend, block_size=config.block_size,
             kv_cache_memory=config.kv_cache_memory, max_model_len=config.max_model_len, max_num_seqs=limit,
             max_num_batched_tokens=config.max_num_batched_tokens, enable_prefix_caching=config.enable_prefix_caching,
             scheduling_policy=config.scheduling_policy,
@@ -57,7 +57,8 @@ class ServingEngine:
         return {
             "model": self.config.model, "model_path": str(self.model_path), "max_model_len": self.core.max_model_len,
             "num_blocks": plan.config.num_blocks, "block_size": plan.config.block_size,
-            "attention_backend": self.core.runner.backend.name, "dtype": str(self.core.config.dtype),
+            "attention_backend": self.core.runner.backend.name, "gemm_backend": self.core.gemm_backend,
+            "dtype": str(self.core.config.dtype),
             "max_num_seqs": self.scheduler.config.max_num_seqs,
             "max_num_batched_tokens": self.scheduler.config.max_num_batched_tokens,
         }  # fmt: skip
