@@ -13,6 +13,7 @@
 #include "../checks.h"
 #include "attention.h"
 #include "cache.h"
+#include "gemm.h"
 
 namespace paged {
 namespace {
@@ -224,6 +225,53 @@ void copy_blocks_cpu(const std::vector<at::Tensor>& key_caches, const std::vecto
   });
 }
 
+// Weight [N, K] fp32 -> panels [ceil(N / 16), K, 16] for panel_linear.
+at::Tensor pack_linear_weight_cpu(const at::Tensor& weight) {
+  const char* op = "paged::pack_linear_weight";
+  check_device(weight, op, "weight", at::Device(at::kCPU));
+  check_dtype(weight, op, "weight", at::kFloat);
+  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), op, ": weight must be a contiguous [out_features, "
+              "in_features] matrix, got shape ", weight.sizes(), " and strides ", weight.strides());
+  const int64_t n = weight.size(0), k = weight.size(1);
+  at::Tensor panels = weight.new_empty({cpu::num_panels(n), k, cpu::kPanelCols});
+  const float* w = weight.const_data_ptr<float>();
+  float* dst = panels.data_ptr<float>();
+  at::parallel_for(0, cpu::num_panels(n), 64, [&](int64_t begin, int64_t end) {
+    cpu::pack_panels(w, n, k, dst, begin, end);
+  });
+  return panels;
+}
+
+// input [M, K] @ weight^T with the weight packed by pack_linear_weight -> [M, out_features], fp32.
+at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_weight, int64_t out_features) {
+  const char* op = "paged::panel_linear";
+  check_device(input, op, "input", at::Device(at::kCPU));
+  check_device(packed_weight, op, "packed_weight", at::Device(at::kCPU));
+  check_dtype(input, op, "input", at::kFloat);
+  check_dtype(packed_weight, op, "packed_weight", at::kFloat);
+  TORCH_CHECK(input.dim() == 2, op, ": input must be [rows, in_features], got shape ", input.sizes());
+  check_rows(input, op, "input");
+  const int64_t m = input.size(0), k = input.size(1);
+  check_shape(packed_weight, op, "packed_weight", {cpu::num_panels(out_features), k, cpu::kPanelCols},
+              "[ceil(out_features / 16), in_features, 16]");
+  TORCH_CHECK(packed_weight.is_contiguous() && reinterpret_cast<uintptr_t>(packed_weight.const_data_ptr()) % 32 == 0,
+              op, ": packed_weight must be the contiguous, 32-byte aligned tensor pack_linear_weight returned");
+  at::Tensor out = input.new_empty({m, out_features});
+  if (m == 0 || out_features == 0) return out;
+  std::vector<float> strips(((m + cpu::kStripRows - 1) / cpu::kStripRows) * cpu::kStripRows * k);
+  cpu::pack_strips(input.const_data_ptr<float>(), input.stride(0), m, k, strips.data());
+  const int64_t tile_vectors = (m + cpu::kStripRows - 1) / cpu::kStripRows * cpu::kStripRows * cpu::kPanelCols / 8;
+  const float* panels = packed_weight.const_data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  // Grain: enough panels per task that each thread streams long runs of the weight.
+  at::parallel_for(0, cpu::num_panels(out_features), 256, [&](int64_t begin, int64_t end) {
+    std::vector<cpu::TileVector> tile(tile_vectors);
+    cpu::gemm_panels(strips.data(), m, k, panels, out_features, dst, out.stride(0), begin, end,
+                     reinterpret_cast<float*>(tile.data()));
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(paged, m) {
@@ -234,12 +282,16 @@ TORCH_LIBRARY(paged, m) {
       "paged_attention(Tensor(a!) out, Tensor query, Tensor key_cache, Tensor value_cache, Tensor block_tables, "
       "Tensor query_start_loc, Tensor seq_lens, float scale, int sliding_window, float logits_soft_cap) -> ()");
   m.def("copy_blocks(Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping) -> ()");
+  m.def("pack_linear_weight(Tensor weight) -> Tensor");
+  m.def("panel_linear(Tensor input, Tensor packed_weight, int out_features) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(paged, CPU, m) {
   m.impl("reshape_and_cache", &reshape_and_cache_cpu);
   m.impl("paged_attention", &paged_attention_cpu);
   m.impl("copy_blocks", &copy_blocks_cpu);
+  m.impl("pack_linear_weight", &pack_linear_weight_cpu);
+  m.impl("panel_linear", &panel_linear_cpu);
 }
 
 }  // namespace paged

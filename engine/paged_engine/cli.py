@@ -73,9 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="priority: requests with a lower 'priority' value are served (and kept) first")  # fmt: skip
     serve.add_argument("--attention-backend", default=os.environ.get("PAGED_ATTENTION_BACKEND", "auto"),
                        help="auto, reference, cpu or cuda (env PAGED_ATTENTION_BACKEND)")  # fmt: skip
-    serve.add_argument("--gemm-backend", choices=["auto", "onednn", "torch"],
+    serve.add_argument("--gemm-backend", choices=["auto", "packed", "torch"],
                        default=os.environ.get("PAGED_GEMM_BACKEND", "auto"),
-                       help="onednn: weights pre-packed for CPU GEMMs; auto uses it where it runs "
+                       help="packed: CPU GEMM weights pre-packed once at load; auto uses it where it runs "
                             "(env PAGED_GEMM_BACKEND)")  # fmt: skip
     serve.add_argument("--max-waiting-requests", type=_positive, default=1024,
                        help="requests not yet started beyond which new ones get 503 + Retry-After")  # fmt: skip

@@ -1,12 +1,18 @@
-"""Pre-packed oneDNN linear layers: same numbers as ``F.linear``, chosen only where they run, and the same
-greedy tokens end to end as the dense path."""
+"""Pre-packed linear layers: same numbers as ``F.linear``, chosen only where they run, and the same greedy tokens
+end to end as the dense path."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
-from paged_engine.models.cpu_gemm import PackedLinear, pack_linear_layers, resolve_gemm_backend
+from paged_engine.models.cpu_gemm import (
+    OneDNNLinear,
+    PanelLinear,
+    lm_head_for_cpu,
+    pack_linear_layers,
+    resolve_gemm_backend,
+)
 from paged_engine.worker.cpu_malloc import keep_freed_memory
 from torch import nn
 
@@ -15,7 +21,7 @@ from tests.model.test_runner_vs_hf import prompts
 from tests.model.tiny_models import save_tiny_model, save_tiny_tokenizer
 
 onednn = pytest.mark.skipif(
-    resolve_gemm_backend("auto", torch.device("cpu"), torch.float32) != "onednn", reason="torch built without oneDNN"
+    resolve_gemm_backend("auto", torch.device("cpu"), torch.float32) != "packed", reason="torch built without oneDNN"
 )
 
 
@@ -27,7 +33,7 @@ def test_packed_linear_matches_dense(rows, bias):
     weight = torch.randn(96, 40, generator=gen)
     b = torch.randn(96, generator=gen) if bias else None
     x = torch.randn(rows, 40, generator=gen)
-    out = PackedLinear(weight, b)(x)
+    out = OneDNNLinear(weight, b)(x)
     assert out.shape == (rows, 96)
     torch.testing.assert_close(out, F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
 
@@ -48,10 +54,10 @@ def test_backend_choice_and_errors():
     # fp16 has no packed CPU GEMM: auto falls back quietly, an explicit request is refused with the reason
     assert resolve_gemm_backend("auto", cpu, torch.float16) == "torch"
     with pytest.raises(ValueError, match="float16"):
-        resolve_gemm_backend("onednn", cpu, torch.float16)
+        resolve_gemm_backend("packed", cpu, torch.float16)
     with pytest.raises(ValueError, match="device is cuda"):
-        resolve_gemm_backend("onednn", torch.device("cuda"), torch.float32)
-    with pytest.raises(ValueError, match="auto, onednn, torch"):
+        resolve_gemm_backend("packed", torch.device("cuda"), torch.float32)
+    with pytest.raises(ValueError, match="auto, packed, torch"):
         resolve_gemm_backend("mkl", cpu, torch.float32)
 
 
@@ -60,9 +66,16 @@ def test_engine_tokens_equal_with_and_without_packing(tmp_path):
     gemma_folder = save_tiny_model("gemma3", tmp_path)
     save_tiny_tokenizer(gemma_folder)
     dense = make_llm(gemma_folder, gemm_backend="torch")
-    packed = make_llm(gemma_folder, gemm_backend="onednn")
-    assert dense.engine.core.gemm_backend == "torch" and packed.engine.core.gemm_backend == "onednn"
+    packed = make_llm(gemma_folder, gemm_backend="packed")
+    assert dense.engine.core.gemm_backend == "torch" and packed.engine.core.gemm_backend == "packed"
     assert token_ids(packed.generate(prompts(), GREEDY)) == token_ids(dense.generate(prompts(), GREEDY))
+
+
+def test_lm_head_uses_the_panel_kernel_for_fp32():
+    """CI builds the CPU kernels, so an fp32 head must get the panel kernel; bf16 stays with oneDNN."""
+    assert isinstance(lm_head_for_cpu(torch.randn(50, 16)), PanelLinear)
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert isinstance(lm_head_for_cpu(torch.randn(50, 16).bfloat16()), OneDNNLinear)
 
 
 def test_malloc_setting_applies_on_glibc():

@@ -16,6 +16,9 @@ from paged_engine.attention._build import Extension, KernelBuildError, find_or_b
 
 log = logging.getLogger(__name__)
 
+# Output columns per panel of a weight packed by ``pack_linear_weight`` (csrc/cpu/gemm.h: kPanelCols).
+PANEL_COLS = 16
+
 __all__ = [
     "Extension",
     "KernelBuildError",
@@ -23,7 +26,9 @@ __all__ = [
     "choose_backend",
     "copy_blocks",
     "load",
+    "pack_linear_weight",
     "paged_attention",
+    "panel_linear",
     "reshape_and_cache",
 ]
 
@@ -89,6 +94,15 @@ def _register_fakes() -> None:
             caches = {f"caches[{i}]": t for i, t in enumerate([*key_caches, *value_caches])}
             _check_same_device("paged::copy_blocks", "key_caches[0]", key_caches[0], **caches)
 
+    @torch.library.register_fake("paged::pack_linear_weight")
+    def _(weight):
+        return weight.new_empty((-(-weight.shape[0] // PANEL_COLS), weight.shape[1], PANEL_COLS))
+
+    @torch.library.register_fake("paged::panel_linear")
+    def _(input, packed_weight, out_features):
+        _check_same_device("paged::panel_linear", "input", input, packed_weight=packed_weight)
+        return input.new_empty((input.shape[0], out_features))
+
 
 def _check_same_device(op: str, anchor_name: str, anchor: torch.Tensor, **tensors: torch.Tensor) -> None:
     for name, tensor in tensors.items():
@@ -137,3 +151,14 @@ def paged_attention(
 def copy_blocks(key_caches: list[torch.Tensor], value_caches: list[torch.Tensor], block_mapping: torch.Tensor) -> None:
     """For each ``(src, dst)`` row of ``block_mapping`` ``[n, 2]`` int64, copy block src to dst in every cache."""
     torch.ops.paged.copy_blocks(key_caches, value_caches, block_mapping)
+
+
+def pack_linear_weight(weight: torch.Tensor) -> torch.Tensor:
+    """Pack an fp32 ``[out_features, in_features]`` weight into ``[ceil(out / 16), in, 16]`` panels, once."""
+    return torch.ops.paged.pack_linear_weight(weight)
+
+
+def panel_linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features: int) -> torch.Tensor:
+    """``input @ weight.T`` ``[rows, out_features]`` for a weight packed by :func:`pack_linear_weight` (CPU, fp32).
+    Built for few rows against a very wide weight: the LM head."""
+    return torch.ops.paged.panel_linear(input, packed_weight, out_features)

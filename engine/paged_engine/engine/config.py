@@ -15,7 +15,7 @@ class EngineConfig:
     dtype: str = "float32"  # fp32 is fastest on CPUs without native bf16
     device: str = "cpu"
     attention_backend: str = "auto"  # the CUDA or CPU kernels where they build, else the torch reference
-    gemm_backend: str = "auto"  # "onednn" (weights pre-packed, CPU) where it runs, else "torch"
+    gemm_backend: str = "auto"  # "packed" (weights pre-packed, CPU) where it runs, else "torch"
     block_size: int = 16
     kv_cache_memory: int | float = 1 << 30  # bytes, or a fraction (0, 1] of free memory
     num_kv_blocks: int | None = None  # overrides kv_cache_memory (tests)

@@ -49,7 +49,7 @@ class EngineCore:
         self.config = config
         model, hf_config = load_hf_model(model_folder, dtype=config.torch_dtype, device=config.device)
         self.gemm_backend = resolve_gemm_backend(config.gemm_backend, torch.device(config.device), config.torch_dtype)
-        if self.gemm_backend == "onednn":
+        if self.gemm_backend == "packed":
             model.pack_weights_for_cpu()
         logger.info("GEMM backend: %s", self.gemm_backend)
         self.model = model

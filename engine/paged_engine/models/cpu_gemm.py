@@ -1,10 +1,12 @@
-"""Linear layers whose weights are pre-packed once into oneDNN's blocked layout, for CPU inference.
+"""GEMM weights pre-packed once at load time, for CPU inference.
 
 ``F.linear`` on a dense weight re-packs the weight into the BLAS kernel's tile layout on every call; at decode
 batch sizes that packing costs as much as the multiply itself. Packing once at load time (what vLLM's and
-IPEX's CPU paths do) measured 1.3-1.9x faster on this project's decode-sized GEMMs (8-256 rows), most of all on
-Gemma's 262,144-row LM head. Packing replaces the dense weight, so it costs no extra memory, except for a tied
-LM head: the embedding keeps its dense rows for lookups and the head gets its own packed copy.
+IPEX's CPU paths do) measured 1.3-1.9x faster on this project's decode-sized GEMMs (8-256 rows). The layers use
+oneDNN's packed layout; the LM head (few rows against Gemma's 262,144 vocabulary rows) uses our own panel
+kernel (``paged::panel_linear``, csrc/cpu/gemm.h), 1.14x oneDNN at 64 rows. Packing replaces the dense weight,
+so it costs no extra memory, except for a tied LM head: the embedding keeps its dense rows for lookups and the
+head gets its own packed copy.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import logging
 import torch
 from torch import nn
 
+from paged_engine.attention import ops
+
 logger = logging.getLogger(__name__)
 
-GEMM_BACKENDS = ("auto", "onednn", "torch")
+GEMM_BACKENDS = ("auto", "packed", "torch")
 
 
-class PackedLinear(nn.Module):
+class OneDNNLinear(nn.Module):
     """``y = x @ W.T + b`` with ``W`` held in oneDNN's opaque packed layout."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -35,10 +39,39 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def onednn_unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
-    """Why packed oneDNN GEMMs cannot run here, or None when they can."""
+class PanelLinear(nn.Module):
+    """Bias-free ``y = x @ W.T`` (fp32) with ``W`` packed into the panel kernel's 16-column panels."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.packed_weight = ops.pack_linear_weight(weight.detach().contiguous())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.panel_linear(x, self.packed_weight, self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+PACKED_LINEARS = (OneDNNLinear, PanelLinear)
+
+
+def lm_head_for_cpu(weight: torch.Tensor) -> nn.Module:
+    """The panel kernel for an fp32 head where the CPU kernels load, else oneDNN."""
+    if weight.dtype == torch.float32:
+        try:
+            ops.load()
+            return PanelLinear(weight)
+        except ops.KernelBuildError as exc:
+            logger.info("LM head through oneDNN: the paged CPU kernels are unavailable (%s)", exc)
+    return OneDNNLinear(weight, None)
+
+
+def packed_unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why pre-packed GEMMs cannot run here, or None when they can."""
     if device.type != "cpu":
-        return f"device is {device.type}, oneDNN packing is for CPU"
+        return f"device is {device.type}, pre-packing is for CPU"
     if not torch.backends.mkldnn.is_available():
         return "this torch build has no oneDNN"
     if dtype == torch.float32:
@@ -49,25 +82,25 @@ def onednn_unavailable_reason(device: torch.device, dtype: torch.dtype) -> str |
 
 
 def resolve_gemm_backend(requested: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``auto`` picks oneDNN where it runs; asking for ``onednn`` where it cannot run is an error."""
+    """``auto`` picks pre-packed weights where they run; asking for ``packed`` where they cannot is an error."""
     if requested not in GEMM_BACKENDS:
         raise ValueError(f"gemm_backend must be one of {', '.join(GEMM_BACKENDS)}, got {requested!r}")
     if requested == "torch":
         return "torch"
-    reason = onednn_unavailable_reason(device, dtype)
+    reason = packed_unavailable_reason(device, dtype)
     if reason is None:
-        return "onednn"
-    if requested == "onednn":
-        raise ValueError(f"gemm_backend 'onednn' cannot run: {reason}")
+        return "packed"
+    if requested == "packed":
+        raise ValueError(f"gemm_backend 'packed' cannot run: {reason}")
     logger.info("GEMMs run through torch's dense linear: %s", reason)
     return "torch"
 
 
 def pack_linear_layers(model: nn.Module) -> int:
-    """Swap every ``nn.Linear`` under ``model`` for a :class:`PackedLinear`; returns how many were packed."""
+    """Swap every ``nn.Linear`` under ``model`` for a :class:`OneDNNLinear`; returns how many were packed."""
     targets = [(name, module) for name, module in model.named_modules() if type(module) is nn.Linear]
     for name, linear in targets:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, PackedLinear(linear.weight, linear.bias))
+        setattr(parent, attr, OneDNNLinear(linear.weight, linear.bias))
     return len(targets)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from paged_engine.attention.backend import AttentionMetadata
-from paged_engine.models.cpu_gemm import PackedLinear, pack_linear_layers
+from paged_engine.models.cpu_gemm import PACKED_LINEARS, lm_head_for_cpu, pack_linear_layers
 from paged_engine.models.layers import GatedMLP, PagedAttention, RMSNorm, apply_rope, rope_cos_sin
 
 
@@ -145,15 +145,15 @@ class DecoderForCausalLM(nn.Module):
         return self.norm(x)
 
     def pack_weights_for_cpu(self) -> None:
-        """Pre-pack every GEMM weight, the LM head included, into oneDNN's layout (see ``cpu_gemm``). A tied
-        head gets its own packed copy: the embedding keeps its dense rows for lookups."""
-        if self.lm_head is None:
-            self.lm_head = PackedLinear(self.embed_tokens.weight, None)
+        """Pre-pack every GEMM weight, the LM head included (see ``cpu_gemm``). A tied head gets its own packed
+        copy: the embedding keeps its dense rows for lookups."""
+        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        self.lm_head = lm_head_for_cpu(head)
         pack_linear_layers(self)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, vocab]`` in fp32 for already-selected hidden rows (only rows that sample)."""
-        if isinstance(self.lm_head, PackedLinear):
+        if isinstance(self.lm_head, PACKED_LINEARS):
             logits = self.lm_head(hidden).float()
         else:
             weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight

@@ -1,0 +1,62 @@
+"""``paged::panel_linear``, the LM head's GEMM: equal to ``F.linear`` for any row count and width (tails of
+strips and panels included), strided input rows, torch.library checks, and clear errors for bad arguments."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from paged_engine.attention import ops
+
+pytestmark = pytest.mark.usefixtures("kernels")
+
+
+@pytest.mark.parametrize("rows", [0, 1, 5, 6, 7, 64, 301])
+@pytest.mark.parametrize(("out_features", "in_features"), [(16, 8), (100, 40), (1000, 640)])
+def test_matches_dense_linear(rows, out_features, in_features):
+    gen = torch.Generator().manual_seed(rows * 7919 + out_features)
+    weight = torch.randn(out_features, in_features, generator=gen)
+    x = torch.randn(rows, in_features, generator=gen)
+    out = ops.panel_linear(x, ops.pack_linear_weight(weight), out_features)
+    assert out.shape == (rows, out_features)
+    torch.testing.assert_close(out, F.linear(x, weight), rtol=1e-5, atol=1e-4)
+
+
+def test_strided_rows_and_multiple_threads():
+    """Rows picked out of a wider activation (the runner's ``hidden[indices]`` case is contiguous; a column
+    slice is not), with more panels than one thread's share."""
+    weight = torch.randn(4099, 64)
+    wide = torch.randn(9, 96)
+    x = wide[:, 16:80]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = ops.panel_linear(x, ops.pack_linear_weight(weight), 4099)
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(out, x @ weight.T, rtol=1e-5, atol=1e-4)
+
+
+def test_opcheck():
+    weight = torch.randn(40, 24)
+    torch.library.opcheck(torch.ops.paged.pack_linear_weight.default, (weight,))
+    args = (torch.randn(5, 24), ops.pack_linear_weight(weight), 40)
+    torch.library.opcheck(torch.ops.paged.panel_linear.default, args)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda p: ops.panel_linear(torch.randn(3, 24).double(), p, 40), "input must be Float"),
+        (lambda p: ops.panel_linear(torch.randn(24), p, 40), r"input must be \[rows, in_features\]"),
+        (lambda p: ops.panel_linear(torch.randn(3, 20), p, 40), r"packed_weight must have shape"),
+        (lambda p: ops.panel_linear(torch.randn(3, 24), p, 60), r"packed_weight must have shape"),
+        (lambda p: ops.panel_linear(torch.randn(24, 3).T, p, 40), "contiguous in its last dimension"),
+        (lambda p: ops.pack_linear_weight(torch.randn(40, 24).T), "contiguous"),
+        (lambda p: ops.pack_linear_weight(torch.randn(40, 24).half()), "weight must be Float"),
+    ],
+)
+def test_bad_arguments_are_named(call, message):
+    packed = ops.pack_linear_weight(torch.randn(40, 24))
+    with pytest.raises(RuntimeError, match=message):
+        call(packed)
