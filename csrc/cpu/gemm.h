@@ -88,6 +88,37 @@ inline void strip_times_panel(const float* strip, const float* panel, int64_t k,
 #endif
 }
 
+// tile[0][0:16] = row `row` of the strip . panel: for one or two rows, where streaming the weight is the whole
+// cost and the six-row kernel's wasted multiply-adds would stall the stream.
+inline void row_times_panel(const float* strip, int row, const float* panel, int64_t k, float* tile) {
+#if PAGED_AVX2
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, d0 = c0, d1 = c0;  // two chains per half: even and odd k
+  int64_t kk = 0;
+  for (; kk + 2 <= k; kk += 2) {
+    const __m256 x0 = _mm256_broadcast_ss(strip + kk * kStripRows + row);
+    const __m256 x1 = _mm256_broadcast_ss(strip + (kk + 1) * kStripRows + row);
+    c0 = _mm256_fmadd_ps(x0, _mm256_load_ps(panel + kk * kPanelCols), c0);
+    c1 = _mm256_fmadd_ps(x0, _mm256_load_ps(panel + kk * kPanelCols + 8), c1);
+    d0 = _mm256_fmadd_ps(x1, _mm256_load_ps(panel + (kk + 1) * kPanelCols), d0);
+    d1 = _mm256_fmadd_ps(x1, _mm256_load_ps(panel + (kk + 1) * kPanelCols + 8), d1);
+  }
+  if (kk < k) {
+    const __m256 x0 = _mm256_broadcast_ss(strip + kk * kStripRows + row);
+    c0 = _mm256_fmadd_ps(x0, _mm256_load_ps(panel + kk * kPanelCols), c0);
+    c1 = _mm256_fmadd_ps(x0, _mm256_load_ps(panel + kk * kPanelCols + 8), c1);
+  }
+  _mm256_store_ps(tile, _mm256_add_ps(c0, d0));
+  _mm256_store_ps(tile + 8, _mm256_add_ps(c1, d1));
+#else
+  std::fill(tile, tile + kPanelCols, 0.0f);
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int c = 0; c < kPanelCols; ++c) tile[c] += strip[kk * kStripRows + row] * panel[kk * kPanelCols + c];
+#endif
+}
+
+// Up to this many rows go through row_times_panel.
+constexpr int64_t kNarrowRows = 2;
+
 // out[:, panels [panel_begin, panel_end)] for all m rows. `tile` holds m rounded up to 6 rows x 16 floats,
 // 32-byte aligned. Panels are 64-byte aligned when `panels` is (each is k * 64 bytes).
 inline void gemm_panels(const float* strips, int64_t m, int64_t k, const float* panels, int64_t n, float* out,
@@ -95,9 +126,13 @@ inline void gemm_panels(const float* strips, int64_t m, int64_t k, const float* 
   const int64_t num_strips = (m + kStripRows - 1) / kStripRows;
   for (int64_t p = panel_begin; p < panel_end; ++p) {
     const float* panel = panels + p * k * kPanelCols;
-    for (int64_t s = 0; s < num_strips; ++s) {
-      const float* next = s == 0 && p + 1 < panel_end ? panel + k * kPanelCols : nullptr;
-      strip_times_panel(strips + s * k * kStripRows, panel, k, tile + s * kStripRows * kPanelCols, next);
+    if (m <= kNarrowRows) {
+      for (int r = 0; r < m; ++r) row_times_panel(strips, r, panel, k, tile + r * kPanelCols);
+    } else {
+      for (int64_t s = 0; s < num_strips; ++s) {
+        const float* next = s == 0 && p + 1 < panel_end ? panel + k * kPanelCols : nullptr;
+        strip_times_panel(strips + s * k * kStripRows, panel, k, tile + s * kStripRows * kPanelCols, next);
+      }
     }
     const int64_t col0 = p * kPanelCols;
     const int64_t cols = std::min<int64_t>(kPanelCols, n - col0);

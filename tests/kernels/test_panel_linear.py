@@ -11,7 +11,7 @@ from paged_engine.attention import ops
 pytestmark = pytest.mark.usefixtures("kernels")
 
 
-@pytest.mark.parametrize("rows", [0, 1, 5, 6, 7, 64, 301])
+@pytest.mark.parametrize("rows", [0, 1, 2, 3, 5, 6, 7, 64, 301])
 @pytest.mark.parametrize(("out_features", "in_features"), [(16, 8), (100, 40), (1000, 640)])
 def test_matches_dense_linear(rows, out_features, in_features):
     gen = torch.Generator().manual_seed(rows * 7919 + out_features)
