@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../checks.h"
+#include "activation.h"
 #include "attention.h"
 #include "cache.h"
 #include "gemm.h"
@@ -272,6 +273,36 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
   return out;
 }
 
+// out [rows, d] = act(input[:, :d]) * input[:, d:], fp32.
+template <cpu::GatedActivation A>
+void gated_activation_cpu(const char* op, at::Tensor& out, const at::Tensor& input) {
+  check_device(input, op, "input", at::Device(at::kCPU));
+  check_device(out, op, "out", at::Device(at::kCPU));
+  check_dtype(input, op, "input", at::kFloat);
+  check_dtype(out, op, "out", at::kFloat);
+  TORCH_CHECK(input.dim() == 2 && input.size(1) % 2 == 0, op, ": input must be [rows, 2 * d] (gate then up), got ",
+              "shape ", input.sizes());
+  const int64_t rows = input.size(0), d = input.size(1) / 2;
+  check_shape(out, op, "out", {rows, d}, "[rows, d]");
+  check_rows(input, op, "input");
+  check_rows(out, op, "out");
+  const float* in = input.const_data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  // Grain: about 16k elements per task, so one decode row does not wake a second thread.
+  const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(d, 1));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    cpu::gated_activation_rows<A>(in, input.stride(0), dst, out.stride(0), d, begin, end);
+  });
+}
+
+void silu_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
+  gated_activation_cpu<cpu::GatedActivation::kSilu>("paged::silu_and_mul", out, input);
+}
+
+void gelu_tanh_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
+  gated_activation_cpu<cpu::GatedActivation::kGeluTanh>("paged::gelu_tanh_and_mul", out, input);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(paged, m) {
@@ -284,6 +315,8 @@ TORCH_LIBRARY(paged, m) {
   m.def("copy_blocks(Tensor(a!)[] key_caches, Tensor(b!)[] value_caches, Tensor block_mapping) -> ()");
   m.def("pack_linear_weight(Tensor weight) -> Tensor");
   m.def("panel_linear(Tensor input, Tensor packed_weight, int out_features) -> Tensor");
+  m.def("silu_and_mul(Tensor(a!) out, Tensor input) -> ()");
+  m.def("gelu_tanh_and_mul(Tensor(a!) out, Tensor input) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(paged, CPU, m) {
@@ -292,6 +325,8 @@ TORCH_LIBRARY_IMPL(paged, CPU, m) {
   m.impl("copy_blocks", &copy_blocks_cpu);
   m.impl("pack_linear_weight", &pack_linear_weight_cpu);
   m.impl("panel_linear", &panel_linear_cpu);
+  m.impl("silu_and_mul", &silu_and_mul_cpu);
+  m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul_cpu);
 }
 
 }  // namespace paged

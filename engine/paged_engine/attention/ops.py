@@ -16,6 +16,9 @@ from paged_engine.attention._build import Extension, KernelBuildError, find_or_b
 
 log = logging.getLogger(__name__)
 
+# Activation name (ours, models/layers.py) -> the op computing ``act(gate) * up`` from ``[rows, 2d]``.
+GATED_ACTIVATIONS = {"silu": "silu_and_mul", "gelu_tanh": "gelu_tanh_and_mul"}
+
 # Output columns per panel of a weight packed by ``pack_linear_weight`` (csrc/cpu/gemm.h: kPanelCols).
 PANEL_COLS = 16
 
@@ -25,6 +28,7 @@ __all__ = [
     "auto_backend_name",
     "choose_backend",
     "copy_blocks",
+    "gated_activation",
     "load",
     "pack_linear_weight",
     "paged_attention",
@@ -103,6 +107,12 @@ def _register_fakes() -> None:
         _check_same_device("paged::panel_linear", "input", input, packed_weight=packed_weight)
         return input.new_empty((input.shape[0], out_features))
 
+    for name in GATED_ACTIVATIONS.values():
+
+        @torch.library.register_fake(f"paged::{name}")
+        def _(out, input, op=f"paged::{name}") -> None:
+            _check_same_device(op, "input", input, out=out)
+
 
 def _check_same_device(op: str, anchor_name: str, anchor: torch.Tensor, **tensors: torch.Tensor) -> None:
     for name, tensor in tensors.items():
@@ -162,3 +172,11 @@ def panel_linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features:
     """``input @ weight.T`` ``[rows, out_features]`` for a weight packed by :func:`pack_linear_weight` (CPU, fp32).
     Built for few rows against a very wide weight: the LM head."""
     return torch.ops.paged.panel_linear(input, packed_weight, out_features)
+
+
+def gated_activation(activation: str, gate_up: torch.Tensor) -> torch.Tensor:
+    """``act(gate) * up`` ``[rows, d]`` from ``gate_up`` ``[rows, 2d]`` in one pass (CPU, fp32); ``activation``
+    is a key of ``GATED_ACTIVATIONS``."""
+    out = gate_up.new_empty((gate_up.shape[0], gate_up.shape[1] // 2))
+    getattr(torch.ops.paged, GATED_ACTIVATIONS[activation])(out, gate_up)
+    return out

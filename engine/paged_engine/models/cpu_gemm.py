@@ -57,14 +57,20 @@ class PanelLinear(nn.Module):
 PACKED_LINEARS = (OneDNNLinear, PanelLinear)
 
 
+def cpu_kernels_available() -> bool:
+    """Whether our CPU kernels load (building them on first use); logs why not."""
+    try:
+        ops.load()
+    except ops.KernelBuildError as exc:
+        logger.info("paged CPU kernels unavailable, GEMMs use oneDNN and activations torch: %s", exc)
+        return False
+    return True
+
+
 def lm_head_for_cpu(weight: torch.Tensor) -> nn.Module:
     """The panel kernel for an fp32 head where the CPU kernels load, else oneDNN."""
-    if weight.dtype == torch.float32:
-        try:
-            ops.load()
-            return PanelLinear(weight)
-        except ops.KernelBuildError as exc:
-            logger.info("LM head through oneDNN: the paged CPU kernels are unavailable (%s)", exc)
+    if weight.dtype == torch.float32 and cpu_kernels_available():
+        return PanelLinear(weight)
     return OneDNNLinear(weight, None)
 
 

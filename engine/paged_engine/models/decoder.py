@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionMetadata
-from paged_engine.models.cpu_gemm import PACKED_LINEARS, lm_head_for_cpu, pack_linear_layers
+from paged_engine.models.cpu_gemm import PACKED_LINEARS, cpu_kernels_available, lm_head_for_cpu, pack_linear_layers
 from paged_engine.models.layers import GatedMLP, PagedAttention, RMSNorm, apply_rope, rope_cos_sin
 
 
@@ -145,11 +146,15 @@ class DecoderForCausalLM(nn.Module):
         return self.norm(x)
 
     def pack_weights_for_cpu(self) -> None:
-        """Pre-pack every GEMM weight, the LM head included (see ``cpu_gemm``). A tied head gets its own packed
-        copy: the embedding keeps its dense rows for lookups."""
+        """Pre-pack every GEMM weight, the LM head included (see ``cpu_gemm``), and, where the CPU kernels load,
+        run fp32 gated activations through their one-pass op. A tied head gets its own packed copy: the
+        embedding keeps its dense rows for lookups."""
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         self.lm_head = lm_head_for_cpu(head)
         pack_linear_layers(self)
+        if head.dtype == torch.float32 and cpu_kernels_available():
+            for layer in self.layers:
+                layer.mlp.fused_activation = layer.mlp.activation in ops.GATED_ACTIVATIONS
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, vocab]`` in fp32 for already-selected hidden rows (only rows that sample)."""

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
 
 
@@ -98,10 +99,16 @@ class GatedMLP(nn.Module):
         self.intermediate_size = intermediate_size
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.activation = activation
         self.act = _ACTIVATIONS[activation]
+        # Set by DecoderForCausalLM.pack_weights_for_cpu: act(gate) * up in one pass of the CPU kernel.
+        self.fused_activation = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        gate_up = self.gate_up_proj(x)
+        if self.fused_activation:
+            return self.down_proj(ops.gated_activation(self.activation, gate_up))
+        gate, up = gate_up.split(self.intermediate_size, dim=-1)
         return self.down_proj(self.act(gate) * up)
 
 
