@@ -145,6 +145,7 @@ def run_engine(args: argparse.Namespace) -> dict:
         max_model_len=args.prompt_len + args.output_len + 16,
         kv_cache_memory=args.kv_cache_memory,
         attention_backend=args.attention_backend,
+        gemm_backend=args.gemm_backend,
     )
     prompts = make_prompts(llm.tokenizer, args.num_requests, args.prompt_len)
     params = lambda n: SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)  # noqa: E731
@@ -203,7 +204,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--kv-cache-memory", type=int, default=2 << 30, help="bytes")
-    parser.add_argument("--attention-backend", default="reference")
+    parser.add_argument("--attention-backend", default="auto")
+    parser.add_argument("--gemm-backend", default="auto", help="auto, packed or torch (dense F.linear)")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--side", choices=["engine", "hf"], help=argparse.SUPPRESS)
     args = parser.parse_args()

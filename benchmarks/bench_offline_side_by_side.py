@@ -88,7 +88,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--kv-cache-memory", type=int, default=2 << 30, help="bytes")
-    parser.add_argument("--attention-backend", default="reference")
+    parser.add_argument("--attention-backend", default="auto")
+    parser.add_argument("--gemm-backend", default="auto", help="auto, packed or torch (dense F.linear)")
     parser.add_argument("--skip-hf", action="store_true")
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--vllm-venv", type=Path, default=Path("~/.cache/paged/vllm-venv").expanduser())
@@ -103,7 +104,7 @@ def main() -> None:
         "--num-requests", str(args.num_requests), "--prompt-len", str(args.prompt_len),
         "--output-len", str(args.output_len), "--threads", str(args.threads),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--kv-cache-memory", str(args.kv_cache_memory),
-        "--attention-backend", args.attention_backend,
+        "--attention-backend", args.attention_backend, "--gemm-backend", args.gemm_backend,
     ] + (["--model", args.model] if args.model else [])  # fmt: skip
     results = {"paged": bench_offline.spawn("engine", offline_argv)}
     if not args.skip_hf:
