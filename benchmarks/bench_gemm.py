@@ -26,7 +26,7 @@ from paged_engine.worker.cpu_malloc import keep_freed_memory
 
 # name -> (out_features, in_features, row counts)
 SHAPES = {
-    "lm_head": (262_144, 640, (1, 16, 64, 256)),
+    "lm_head": (262_144, 640, (1, 16, 64, 256, 1024)),
     "qkv": (1536, 640, (64, 2048)),
     "o": (640, 1024, (64, 2048)),
     "gate_up": (4096, 640, (64, 2048)),

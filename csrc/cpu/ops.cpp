@@ -259,17 +259,24 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
               op, ": packed_weight must be the contiguous, 32-byte aligned tensor pack_linear_weight returned");
   at::Tensor out = input.new_empty({m, out_features});
   if (m == 0 || out_features == 0) return out;
-  std::vector<float> strips(((m + cpu::kStripRows - 1) / cpu::kStripRows) * cpu::kStripRows * k);
-  cpu::pack_strips(input.const_data_ptr<float>(), input.stride(0), m, k, strips.data());
-  const int64_t tile_vectors = (m + cpu::kStripRows - 1) / cpu::kStripRows * cpu::kStripRows * cpu::kPanelCols / 8;
   const float* panels = packed_weight.const_data_ptr<float>();
-  float* dst = out.data_ptr<float>();
-  // Grain: enough panels per task that each thread streams long runs of the weight.
-  at::parallel_for(0, cpu::num_panels(out_features), 256, [&](int64_t begin, int64_t end) {
-    std::vector<cpu::TileVector> tile(tile_vectors);
-    cpu::gemm_panels(strips.data(), m, k, panels, out_features, dst, out.stride(0), begin, end,
-                     reinterpret_cast<float*>(tile.data()));
-  });
+  // Rows go through in chunks: past ~256 rows the strips and the per-thread tile no longer stay in L2 next to
+  // the panel, and 512 rows at once ran at half the speed of two chunks of 256 (each re-streaming the weight).
+  constexpr int64_t kRowChunk = 256;
+  const int64_t chunk_rows = std::min(m, kRowChunk);
+  std::vector<float> strips((chunk_rows + cpu::kStripRows - 1) / cpu::kStripRows * cpu::kStripRows * k);
+  for (int64_t row0 = 0; row0 < m; row0 += kRowChunk) {
+    const int64_t rows = std::min(kRowChunk, m - row0);
+    cpu::pack_strips(input.const_data_ptr<float>() + row0 * input.stride(0), input.stride(0), rows, k, strips.data());
+    const int64_t tile_vectors = (rows + cpu::kStripRows - 1) / cpu::kStripRows * cpu::kStripRows * cpu::kPanelCols / 8;
+    float* dst = out.data_ptr<float>() + row0 * out.stride(0);
+    // Grain: enough panels per task that each thread streams long runs of the weight.
+    at::parallel_for(0, cpu::num_panels(out_features), 256, [&](int64_t begin, int64_t end) {
+      std::vector<cpu::TileVector> tile(tile_vectors);
+      cpu::gemm_panels(strips.data(), rows, k, panels, out_features, dst, out.stride(0), begin, end,
+                       reinterpret_cast<float*>(tile.data()));
+    });
+  }
   return out;
 }
 
