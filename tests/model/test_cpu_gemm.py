@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from paged_engine.models.cpu_gemm import (
     OneDNNLinear,
     PanelLinear,
+    cpu_kernels_available,
     lm_head_for_cpu,
     pack_linear_layers,
     resolve_gemm_backend,
@@ -73,9 +74,11 @@ def test_engine_tokens_equal_with_and_without_packing(tmp_path):
 
 def test_lm_head_uses_the_panel_kernel_for_fp32():
     """CI builds the CPU kernels, so an fp32 head must get the panel kernel; bf16 stays with oneDNN."""
-    assert isinstance(lm_head_for_cpu(torch.randn(50, 16)), PanelLinear)
+    assert cpu_kernels_available()
+    assert isinstance(lm_head_for_cpu(torch.randn(50, 16), kernels=True), PanelLinear)
+    assert isinstance(lm_head_for_cpu(torch.randn(50, 16), kernels=False), OneDNNLinear)
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        assert isinstance(lm_head_for_cpu(torch.randn(50, 16).bfloat16()), OneDNNLinear)
+        assert isinstance(lm_head_for_cpu(torch.randn(50, 16).bfloat16(), kernels=True), OneDNNLinear)
 
 
 def test_malloc_setting_applies_on_glibc():

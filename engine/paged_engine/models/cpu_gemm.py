@@ -67,11 +67,9 @@ def cpu_kernels_available() -> bool:
     return True
 
 
-def lm_head_for_cpu(weight: torch.Tensor) -> nn.Module:
-    """The panel kernel for an fp32 head where the CPU kernels load, else oneDNN."""
-    if weight.dtype == torch.float32 and cpu_kernels_available():
-        return PanelLinear(weight)
-    return OneDNNLinear(weight, None)
+def lm_head_for_cpu(weight: torch.Tensor, kernels: bool) -> nn.Module:
+    """The panel kernel for an fp32 head when our CPU kernels are loaded (``kernels``), else oneDNN."""
+    return PanelLinear(weight) if kernels and weight.dtype == torch.float32 else OneDNNLinear(weight, None)
 
 
 def packed_unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:

@@ -150,9 +150,10 @@ class DecoderForCausalLM(nn.Module):
         run fp32 gated activations through their one-pass op. A tied head gets its own packed copy: the
         embedding keeps its dense rows for lookups."""
         head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        self.lm_head = lm_head_for_cpu(head)
+        kernels = cpu_kernels_available()
+        self.lm_head = lm_head_for_cpu(head, kernels)
         pack_linear_layers(self)
-        if head.dtype == torch.float32 and cpu_kernels_available():
+        if kernels and head.dtype == torch.float32:
             for layer in self.layers:
                 layer.mlp.fused_activation = layer.mlp.activation in ops.GATED_ACTIVATIONS
 
