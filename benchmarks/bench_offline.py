@@ -195,8 +195,8 @@ def spawn(side: str, argv: list[str]) -> dict:
     raise SystemExit(f"{side} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload and engine flags this script and the side-by-side one share."""
     parser.add_argument("--model", default=None, help="model folder or .gguf (default: Gemma 3 270M)")
     parser.add_argument("-n", "--num-requests", type=int, default=64)
     parser.add_argument("--prompt-len", type=int, default=256)
@@ -207,6 +207,11 @@ def main() -> None:
     parser.add_argument("--attention-backend", default="auto")
     parser.add_argument("--gemm-backend", default="auto", help="auto, packed or torch (dense F.linear)")
     parser.add_argument("--skip-hf", action="store_true")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_arguments(parser)
     parser.add_argument("--side", choices=["engine", "hf"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:

@@ -81,16 +81,7 @@ def vllm_side(args: argparse.Namespace) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="model folder or .gguf (default: Gemma 3 270M)")
-    parser.add_argument("-n", "--num-requests", type=int, default=64)
-    parser.add_argument("--prompt-len", type=int, default=256)
-    parser.add_argument("--output-len", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    parser.add_argument("--kv-cache-memory", type=int, default=2 << 30, help="bytes")
-    parser.add_argument("--attention-backend", default="auto")
-    parser.add_argument("--gemm-backend", default="auto", help="auto, packed or torch (dense F.linear)")
-    parser.add_argument("--skip-hf", action="store_true")
+    bench_offline.add_workload_arguments(parser)
     parser.add_argument("--skip-vllm", action="store_true")
     parser.add_argument("--vllm-venv", type=Path, default=Path("~/.cache/paged/vllm-venv").expanduser())
     parser.add_argument("--side", choices=["vllm"], help=argparse.SUPPRESS)

@@ -108,10 +108,14 @@ def _register_fakes() -> None:
         return input.new_empty((input.shape[0], out_features))
 
     for name in GATED_ACTIVATIONS.values():
+        torch.library.register_fake(f"paged::{name}")(_gated_activation_fake(f"paged::{name}"))
 
-        @torch.library.register_fake(f"paged::{name}")
-        def _(out, input, op=f"paged::{name}") -> None:
-            _check_same_device(op, "input", input, out=out)
+
+def _gated_activation_fake(op: str):
+    def fake(out: torch.Tensor, input: torch.Tensor) -> None:
+        _check_same_device(op, "input", input, out=out)
+
+    return fake
 
 
 def _check_same_device(op: str, anchor_name: str, anchor: torch.Tensor, **tensors: torch.Tensor) -> None:

@@ -2,9 +2,9 @@
 
 ``F.linear`` on a dense weight re-packs the weight into the BLAS kernel's tile layout on every call; at decode
 batch sizes that packing costs as much as the multiply itself. Packing once at load time (what vLLM's and
-IPEX's CPU paths do) measured 1.3-1.9x faster on this project's decode-sized GEMMs (8-256 rows). The layers use
+IPEX's CPU paths do) measured 1.1-2.7x faster on this project's decode-sized GEMMs (16-64 rows). The layers use
 oneDNN's packed layout; the LM head (few rows against Gemma's 262,144 vocabulary rows) uses our own panel
-kernel (``paged::panel_linear``, csrc/cpu/gemm.h), 1.15-1.3x oneDNN at 1-256 rows. Packing replaces the dense
+kernel (``paged::panel_linear``, csrc/cpu/gemm.h), 1.1-1.3x oneDNN at 1-1024 rows. Packing replaces the dense
 weight, so it costs no extra memory, except for a tied LM head: the embedding keeps its dense rows for lookups
 and the head gets its own packed copy. Figures: docs/benchmarks.md (``benchmarks/bench_gemm.py``).
 """
