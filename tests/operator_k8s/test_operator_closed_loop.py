@@ -64,6 +64,7 @@ class Load:
         self._counter = itertools.count()
         self.ok = 0
         self.failed = 0
+        self.stop_requested: float | None = None
         self._threads = [threading.Thread(target=self._worker, daemon=True) for _ in range(workers)]
         for thread in self._threads:
             thread.start()
@@ -85,6 +86,8 @@ class Load:
                     time.sleep(0.2)
 
     def stop(self) -> None:
+        """Stop sending; returns once in-flight requests finish (200-token ones can take several seconds)."""
+        self.stop_requested = time.time()
         self._stop.set()
         for thread in self._threads:
             thread.join(150)
@@ -150,7 +153,9 @@ def test_load_scales_up_and_tunes_then_scales_down_after_the_window(
         time.sleep(10)  # the new engines take load for a couple of decisions
     finally:
         load.stop()
-    stopped = time.time()
+    # Load starts to fall when no new requests are sent, not when the last in-flight one has finished.
+    assert load.stop_requested is not None
+    stopped = load.stop_requested
     assert load.ok > 0, f"no request succeeded ({load.failed} failed); kubelet errors: {kubelet.errors}"
 
     wait_for("scaled back down to 1", lambda: replicas(kube_admin, ns) == 1, timeout_s=240, interval_s=1)
