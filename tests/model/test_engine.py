@@ -151,6 +151,17 @@ def test_prompt_logprobs_match_transformers(gemma_folder):
         torch.testing.assert_close(torch.tensor(entry.logprobs), reference[j - 1, entry.token_ids], atol=1e-4, rtol=0)
 
 
+def test_parallel_samples_each_carry_the_prompt_logprobs(gemma_folder):
+    prompt = prompts()[3]
+    llm = make_llm(gemma_folder, max_num_batched_tokens=7)  # the shared prompt is computed over several steps
+    single = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=2, prompt_logprobs=2))[0]
+    parallel = llm.generate(prompt, SamplingParams(temperature=1.0, seed=0, n=3, max_tokens=2, prompt_logprobs=2))[0]
+    assert len(parallel.prompt_logprobs) == len(prompt) and parallel.prompt_logprobs[0] is None
+    for ours, reference in zip(parallel.prompt_logprobs[1:], single.prompt_logprobs[1:], strict=True):
+        assert ours.token_ids == reference.token_ids
+        torch.testing.assert_close(torch.tensor(ours.logprobs), torch.tensor(reference.logprobs))
+
+
 def test_prompt_forms_and_per_prompt_params(gemma_folder, gemma_expected):
     llm = make_llm(gemma_folder)
     p0, p1 = prompts()[0], prompts()[1]

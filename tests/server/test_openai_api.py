@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server.conftest import API_KEY, MODEL_NAME, ServerProcess, scrape
+from tests.server.conftest import API_KEY, MODEL_NAME, ServerProcess, admin, scrape
 
 pytestmark = pytest.mark.server
 
@@ -132,6 +132,51 @@ def test_echo_with_prompt_logprobs(client: openai.OpenAI) -> None:
     lp = choice.logprobs
     assert lp.token_logprobs[0] is None  # the first prompt token has no logprob
     assert len(lp.tokens) == completion.usage.prompt_tokens + completion.usage.completion_tokens
+
+
+def test_echo_logprobs_of_a_chunked_prompt_reach_every_choice(client: openai.OpenAI, server: ServerProcess) -> None:
+    """A prompt prefilled over several steps, sampled n = 2 times: each choice echoes every prompt token's logprob."""
+    prompt = "Every prompt token gets a logprob, however the prefill is split. " * 16
+    with admin(server) as a:
+        before = a.get("/admin/budgets").json()
+        assert a.put("/admin/budgets", json={"max_num_batched_tokens": 64}).status_code == 200
+        try:
+            completion = client.completions.create(
+                model=MODEL_NAME, prompt=prompt, max_tokens=2, temperature=1.0, seed=3, echo=True, logprobs=1, n=2
+            )
+        finally:
+            a.put("/admin/budgets", json={k: before[k] for k in ("max_num_seqs", "max_num_batched_tokens")})
+    n_prompt = completion.usage.prompt_tokens
+    assert n_prompt > 3 * 64
+    echoed = []
+    for choice in completion.choices:
+        lp = choice.logprobs
+        assert len(lp.tokens) == n_prompt + 2 and choice.text.startswith(prompt)
+        assert lp.token_logprobs[0] is None and all(x is not None and x <= 0 for x in lp.token_logprobs[1:])
+        echoed.append(lp.token_logprobs[:n_prompt])
+    assert echoed[0] == echoed[1]  # the prompt is computed once and shared
+
+
+def test_streamed_echo_starts_each_choice_with_the_prompt_and_its_logprobs(client: openai.OpenAI) -> None:
+    stream = client.completions.create(
+        model=MODEL_NAME, prompt=PROMPT, max_tokens=3, temperature=1.0, seed=5, echo=True, logprobs=1, n=2,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    texts: dict[int, str] = {0: "", 1: ""}
+    token_logprobs: dict[int, list[float | None]] = {0: [], 1: []}
+    usage = None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            if not texts[choice.index]:  # the first chunk of a choice carries the whole prompt
+                assert choice.text.startswith(PROMPT)
+            texts[choice.index] += choice.text
+            token_logprobs[choice.index] += choice.logprobs.token_logprobs if choice.logprobs else []
+    assert usage is not None
+    for index in (0, 1):
+        assert texts[index].startswith(PROMPT)
+        assert len(token_logprobs[index]) == usage.prompt_tokens + 3 and token_logprobs[index][0] is None
+    assert token_logprobs[0][: usage.prompt_tokens] == token_logprobs[1][: usage.prompt_tokens]
 
 
 def test_repeated_prompt_reports_cached_tokens(client: openai.OpenAI, server: ServerProcess) -> None:

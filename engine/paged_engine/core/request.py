@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from paged_engine.sampling_params import SamplingParams
 
 from .block_hash import BlockHash
+from .outputs import Logprobs
 
 
 class RequestStatus(enum.Enum):
@@ -79,6 +80,7 @@ class Request:
         "num_prompt_tokens",
         "parent_request_id",
         "priority",
+        "prompt_logprobs",
         "prompt_token_ids",
         "request_id",
         "sampling_params",
@@ -122,6 +124,9 @@ class Request:
         self.parent_request_id: str | None = None
         self.index = 0  # child index within its parent's n samples
         self.is_fork_parent = sampling_params.n > 1
+        # A fork parent's prompt logprobs, which it never reports itself: each child reports them with its first
+        # output (a child computes only the last prompt token, which predicts no prompt token).
+        self.prompt_logprobs: list[Logprobs | None] = []
 
     # ---- token accounting -------------------------------------------------------------------------------
     @property
@@ -187,6 +192,7 @@ class Request:
         child.block_hasher = self.block_hasher
         child.parent_request_id = self.request_id
         child.index = index
+        child.prompt_logprobs = list(self.prompt_logprobs)
         child.status = RequestStatus.RUNNING
         return child
 

@@ -340,12 +340,16 @@ class Scheduler:
                 num_prompt_tokens += min(computed, request.num_prompt_tokens) - start
             if computed // block_size > start // block_size:  # a block became full in this step
                 cache_blocks(request)
+            prompt_logprobs = all_prompt_logprobs.get(req_id) if all_prompt_logprobs else None
             if request.is_fork_parent:
+                request.prompt_logprobs.extend(prompt_logprobs or ())
                 if computed >= request.schedule_target:
                     self._fork(request)
                 continue
+            if request.prompt_logprobs:  # a forked child's first output carries its parent's
+                prompt_logprobs = request.prompt_logprobs + list(prompt_logprobs or ())
+                request.prompt_logprobs = []
             sampled = all_sampled.get(req_id)
-            prompt_logprobs = all_prompt_logprobs.get(req_id) if all_prompt_logprobs else None
             if not sampled and not prompt_logprobs:
                 continue
             if sampled and computed < len(request.all_token_ids):

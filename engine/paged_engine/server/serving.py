@@ -188,8 +188,8 @@ class Serving:
     def _apply(self, choice: Choice, delta: ipc.RequestDelta, timeline: RequestTimeline) -> ChoiceUpdate:
         if delta.first_scheduled_time is not None:
             timeline.scheduled(delta.first_scheduled_time)
-        if delta.prompt_logprobs is not None:
-            choice.prompt_logprobs = delta.prompt_logprobs
+        if delta.prompt_logprobs is not None:  # a chunked prefill reports them over several steps
+            choice.prompt_logprobs = (choice.prompt_logprobs or []) + delta.prompt_logprobs
         choice.num_cached_tokens = max(choice.num_cached_tokens, delta.num_cached_tokens)
         new_ids = delta.new_token_ids
         if new_ids:
@@ -298,25 +298,27 @@ class Serving:
         self, body: CompletionRequest, prompts: list[list[int]], params: list[SamplingParams]
     ) -> AsyncIterator[str]:
         offsets: dict[int, int] = {}  # text_offset of each choice's next token
-        opening = []
-        if body.echo:
-            for p, prompt in enumerate(prompts):
-                echo = self._echo_text(body, p, prompt)
-                for i in range(params[p].n):
-                    offsets[p * params[p].n + i] = len(echo)
-                    opening.append({"index": p * params[p].n + i, "text": echo, "logprobs": None,
-                                    "finish_reason": None})  # fmt: skip
+        # With echo, a choice's first chunk starts with its prompt: by then the prompt's logprobs (computed with
+        # the prompt, possibly over several steps) have all arrived.
+        echoes = {
+            p * sp.n + i: self._echo_text(body, p, prompt)
+            for p, (prompt, sp) in enumerate(zip(prompts, params, strict=True))
+            for i in range(sp.n)
+        } if body.echo else {}  # fmt: skip
 
         def payload(u: ChoiceUpdate) -> dict[str, Any]:
             index = u.choice.index
+            text, entries = u.text, list(u.logprobs)
+            if index in echoes:
+                text = echoes.pop(index) + text
+                entries = list(u.choice.prompt_logprobs or []) + entries
             logprobs = None
-            if body.logprobs is not None and u.logprobs:
-                logprobs = self.completion_logprobs(list(u.logprobs), offsets.get(index, 0))
-            offsets[index] = offsets.get(index, 0) + len(u.text)
-            return {"index": index, "text": u.text, "logprobs": logprobs}
+            if body.logprobs is not None and entries:
+                logprobs = self.completion_logprobs(entries, offsets.get(index, 0))
+            offsets[index] = offsets.get(index, 0) + len(text)
+            return {"index": index, "text": text, "logprobs": logprobs}
 
-        return self._sse("text_completion", "text_completion", random_id("cmpl"), body, prompts, params, opening,
-                         payload)  # fmt: skip
+        return self._sse("text_completion", "text_completion", random_id("cmpl"), body, prompts, params, [], payload)
 
     async def _sse(
         self,
