@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from paged_engine.models.cpu_gemm import (
     OneDNNLinear,
+    PanelEmbedding,
     PanelLinear,
     cpu_kernels_available,
     lm_head_for_cpu,
@@ -70,6 +71,19 @@ def test_engine_tokens_equal_with_and_without_packing(tmp_path):
     packed = make_llm(gemma_folder, gemm_backend="packed")
     assert dense.engine.core.gemm_backend == "torch" and packed.engine.core.gemm_backend == "packed"
     assert token_ids(packed.generate(prompts(), GREEDY)) == token_ids(dense.generate(prompts(), GREEDY))
+    # Gemma ties its head: the packed head's panels serve the lookups, and the dense rows are gone.
+    model = packed.engine.core.model
+    assert isinstance(model.embed_tokens, PanelEmbedding)
+    assert "embed_tokens.weight" not in dict(model.named_parameters())
+
+
+def test_panel_embedding_reads_the_rows_of_the_packed_head():
+    assert cpu_kernels_available()
+    weight = torch.randn(37, 24)  # a vocabulary that leaves the last panel partly empty
+    embedding = PanelEmbedding(PanelLinear(weight))
+    ids = torch.tensor([0, 15, 16, 36, 5, 5])
+    assert torch.equal(embedding(ids), weight[ids])
+    assert torch.equal(embedding(ids.view(2, 3)), weight[ids.view(2, 3)])
 
 
 def test_lm_head_uses_the_panel_kernel_for_fp32():

@@ -5,8 +5,9 @@ batch sizes that packing costs as much as the multiply itself. Packing once at l
 IPEX's CPU paths do) measured 1.1-2.7x faster on this project's decode-sized GEMMs (16-64 rows). The layers use
 oneDNN's packed layout; the LM head (few rows against Gemma's 262,144 vocabulary rows) uses our own panel
 kernel (``paged::panel_linear``, csrc/cpu/gemm.h), 1.1-1.3x oneDNN at 1-1024 rows. Packing replaces the dense
-weight, so it costs no extra memory, except for a tied LM head: the embedding keeps its dense rows for lookups
-and the head gets its own packed copy. Figures: docs/benchmarks.md (``benchmarks/bench_gemm.py``).
+weight, so it costs no extra memory. A tied head packed into panels also serves the embedding lookups
+(``PanelEmbedding``); a tied head oneDNN packs is opaque, so there the embedding keeps its dense rows.
+Figures: docs/benchmarks.md (``benchmarks/bench_gemm.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,23 @@ class PanelLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+class PanelEmbedding(nn.Module):
+    """Embedding lookups read from a tied head's panels, so the model holds the ``[vocab, hidden]`` matrix once
+    (640 MiB for Gemma 3 270M in fp32). Row ``t`` is column ``t % 16`` of panel ``t // 16``: a strided gather,
+    a few milliseconds for a 2048-token prefill chunk."""
+
+    def __init__(self, head: PanelLinear) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = head.out_features, head.in_features
+        self.panels = head.packed_weight
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        return self.panels[token_ids // ops.PANEL_COLS, :, token_ids % ops.PANEL_COLS]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, shared with the LM head"
 
 
 PACKED_LINEARS = (OneDNNLinear, PanelLinear)

@@ -15,7 +15,14 @@ from torch import nn
 
 from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionMetadata
-from paged_engine.models.cpu_gemm import PACKED_LINEARS, cpu_kernels_available, lm_head_for_cpu, pack_linear_layers
+from paged_engine.models.cpu_gemm import (
+    PACKED_LINEARS,
+    PanelEmbedding,
+    PanelLinear,
+    cpu_kernels_available,
+    lm_head_for_cpu,
+    pack_linear_layers,
+)
 from paged_engine.models.layers import GatedMLP, PagedAttention, RMSNorm, apply_rope, rope_cos_sin
 
 
@@ -113,7 +120,7 @@ class DecoderForCausalLM(nn.Module):
     def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.embed_tokens: nn.Embedding | PanelEmbedding = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.norm_offset)
         self.lm_head: nn.Module | None = (
@@ -147,11 +154,14 @@ class DecoderForCausalLM(nn.Module):
 
     def pack_weights_for_cpu(self) -> None:
         """Pre-pack every GEMM weight, the LM head included (see ``cpu_gemm``), and, where the CPU kernels load,
-        run fp32 gated activations through their one-pass op. A tied head gets its own packed copy: the
-        embedding keeps its dense rows for lookups."""
-        head = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        run fp32 gated activations through their one-pass op. A tied head in panels also serves the embedding
+        lookups, which frees the dense rows."""
+        tied = self.lm_head is None
+        head = self.embed_tokens.weight if tied else self.lm_head.weight
         kernels = cpu_kernels_available()
         self.lm_head = lm_head_for_cpu(head, kernels)
+        if tied and isinstance(self.lm_head, PanelLinear):
+            self.embed_tokens = PanelEmbedding(self.lm_head)
         pack_linear_layers(self)
         if kernels and head.dtype == torch.float32:
             for layer in self.layers:
