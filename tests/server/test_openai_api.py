@@ -132,6 +132,9 @@ def test_echo_with_prompt_logprobs(client: openai.OpenAI) -> None:
     lp = choice.logprobs
     assert lp.token_logprobs[0] is None  # the first prompt token has no logprob
     assert len(lp.tokens) == completion.usage.prompt_tokens + completion.usage.completion_tokens
+    assert lp.tokens[0] == "<bos>" and lp.text_offset[0] == lp.text_offset[1] == 0  # listed, not in the text
+    for token, offset in zip(lp.tokens[1:], lp.text_offset[1:], strict=True):  # offsets index the echoed text
+        assert choice.text[offset : offset + len(token)] == token
 
 
 def test_echo_logprobs_of_a_chunked_prompt_reach_every_choice(client: openai.OpenAI, server: ServerProcess) -> None:

@@ -241,14 +241,20 @@ class Serving:
         self.check_admission()
         return prompts, params
 
-    def completion_logprobs(self, entries: list[ipc.TokenLogprobs | None], offset: int) -> dict[str, list[Any]]:
+    def completion_logprobs(
+        self, entries: list[ipc.TokenLogprobs | None], offset: int, prompt: list[int] | None = None
+    ) -> dict[str, list[Any]]:
+        """The legacy ``logprobs`` object; ``prompt`` names the echoed first prompt token, which has no logprob
+        (its entry is None). A special token there (BOS) is listed but takes no room in the echoed text."""
         tokens, token_logprobs, top, offsets = [], [], [], []
         for entry in entries:
-            if entry is None:  # the first prompt token has no logprob
-                tokens.append("")
+            if entry is None:
+                first = [prompt[0]] if prompt else []
+                tokens.append(self.tokenizer.decode(first, skip_special_tokens=False))
                 token_logprobs.append(None)
                 top.append(None)
                 offsets.append(offset)
+                offset += len(self.tokenizer.decode(first, skip_special_tokens=True))
                 continue
             text = self.tokenizer.decode([entry.token_ids[0]], skip_special_tokens=False)
             tokens.append(text)
@@ -286,7 +292,7 @@ class Serving:
             text = self._echo_text(body, c.prompt_index, prompt) + text
             if body.logprobs is not None:
                 entries = list(c.prompt_logprobs or []) + list(c.logprobs)
-                logprobs = self.completion_logprobs(entries, 0)
+                logprobs = self.completion_logprobs(entries, 0, prompt)
         elif body.logprobs is not None:
             logprobs = self.completion_logprobs(list(c.logprobs), 0)
         return {
@@ -314,7 +320,7 @@ class Serving:
                 entries = list(u.choice.prompt_logprobs or []) + entries
             logprobs = None
             if body.logprobs is not None and entries:
-                logprobs = self.completion_logprobs(entries, offsets.get(index, 0))
+                logprobs = self.completion_logprobs(entries, offsets.get(index, 0), prompts[u.choice.prompt_index])
             offsets[index] = offsets.get(index, 0) + len(text)
             return {"index": index, "text": text, "logprobs": logprobs}
 
