@@ -1,10 +1,10 @@
 """CPU GEMMs on Gemma 3 270M's shapes: torch's dense ``F.linear`` vs weights pre-packed for oneDNN vs our panel
-kernel (``paged::panel_linear``, used for the LM head), in GFLOP/s with the ratio to dense.
+kernel (``paged::panel_linear``, which the engine uses for fp32), in GFLOP/s with the ratios.
 
 Shapes: the LM head (262,144 x 640) at the row counts that sample in one step, and the layers' fused QKV, output,
-gate-up and down projections at decode (64 rows) and prefill-chunk (2048 rows) sizes. Calls alternate between
-the variants and the median of each is printed, so a busy neighbour slows all of them alike. The engine's malloc
-setting (``cpu_malloc.keep_freed_memory``) is applied first, as in the engine.
+gate-up and down projections at one-sequence decode (1 row), batched decode (64) and prefill-chunk (2048) sizes.
+Calls alternate between the variants and the median of each is printed, so a busy neighbour slows all of them
+alike. The engine's malloc setting (``cpu_malloc.keep_freed_memory``) is applied first, as in the engine.
 
     python benchmarks/bench_gemm.py
     python benchmarks/bench_gemm.py --threads 1 --repeats 5
@@ -27,10 +27,10 @@ from paged_engine.worker.cpu_malloc import keep_freed_memory
 # name -> (out_features, in_features, row counts)
 SHAPES = {
     "lm_head": (262_144, 640, (1, 16, 64, 256, 1024)),
-    "qkv": (1536, 640, (64, 2048)),
-    "o": (640, 1024, (64, 2048)),
-    "gate_up": (4096, 640, (64, 2048)),
-    "down": (640, 2048, (64, 2048)),
+    "qkv": (1536, 640, (1, 64, 2048)),
+    "o": (640, 1024, (1, 64, 2048)),
+    "gate_up": (4096, 640, (1, 64, 2048)),
+    "down": (640, 2048, (1, 64, 2048)),
 }
 
 

@@ -270,8 +270,9 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
     cpu::pack_strips(input.const_data_ptr<float>() + row0 * input.stride(0), input.stride(0), rows, k, strips.data());
     const int64_t tile_vectors = (rows + cpu::kStripRows - 1) / cpu::kStripRows * cpu::kStripRows * cpu::kPanelCols / 8;
     float* dst = out.data_ptr<float>() + row0 * out.stride(0);
-    // Grain: enough panels per task that each thread streams long runs of the weight.
-    at::parallel_for(0, cpu::num_panels(out_features), 256, [&](int64_t begin, int64_t end) {
+    // parallel_for hands each thread one contiguous run of panels; the grain only keeps a tiny weight on one
+    // thread. (A grain of 256 panels left a layer's 40-256 panels to a single thread.)
+    at::parallel_for(0, cpu::num_panels(out_features), 8, [&](int64_t begin, int64_t end) {
       std::vector<cpu::TileVector> tile(tile_vectors);
       cpu::gemm_panels(strips.data(), rows, k, panels, out_features, dst, out.stride(0), begin, end,
                        reinterpret_cast<float*>(tile.data()));

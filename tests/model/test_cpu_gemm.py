@@ -11,8 +11,8 @@ from paged_engine.models.cpu_gemm import (
     PanelEmbedding,
     PanelLinear,
     cpu_kernels_available,
-    lm_head_for_cpu,
     pack_linear_layers,
+    packed_linear,
     resolve_gemm_backend,
 )
 from paged_engine.worker.cpu_malloc import keep_freed_memory
@@ -27,6 +27,12 @@ onednn = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _cpu_kernels() -> None:
+    """CI builds our CPU kernels (the panel GEMM among them); the engine loads them the same way."""
+    assert cpu_kernels_available()
+
+
 @onednn
 @pytest.mark.parametrize("rows", [0, 1, 7, 64, 300])
 @pytest.mark.parametrize("bias", [False, True])
@@ -35,18 +41,23 @@ def test_packed_linear_matches_dense(rows, bias):
     weight = torch.randn(96, 40, generator=gen)
     b = torch.randn(96, generator=gen) if bias else None
     x = torch.randn(rows, 40, generator=gen)
-    out = OneDNNLinear(weight, b)(x)
-    assert out.shape == (rows, 96)
-    torch.testing.assert_close(out, F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
+    for layer in (OneDNNLinear(weight, b), PanelLinear(weight, b)):
+        out = layer(x)
+        assert out.shape == (rows, 96)
+        torch.testing.assert_close(out, F.linear(x, weight, b), rtol=1e-5, atol=1e-5)
+    x3 = x.view(1, rows, 40)  # leading dimensions are kept
+    torch.testing.assert_close(PanelLinear(weight, b)(x3), F.linear(x3, weight, b), rtol=1e-5, atol=1e-5)
 
 
 @onednn
-def test_pack_replaces_every_linear_and_keeps_results():
+@pytest.mark.parametrize(("kernels", "kind"), [(True, PanelLinear), (False, OneDNNLinear)])
+def test_pack_replaces_every_linear_and_keeps_results(kernels, kind):
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Sequential(nn.Linear(32, 8, bias=False)))
     x = torch.randn(5, 16)
     expected = model(x)
-    assert pack_linear_layers(model) == 2
+    assert pack_linear_layers(model, kernels) == 2
     assert not any(type(m) is nn.Linear for m in model.modules())
+    assert sum(type(m) is kind for m in model.modules()) == 2
     torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-5)
 
 
@@ -78,7 +89,6 @@ def test_engine_tokens_equal_with_and_without_packing(tmp_path):
 
 
 def test_panel_embedding_reads_the_rows_of_the_packed_head():
-    assert cpu_kernels_available()
     weight = torch.randn(37, 24)  # a vocabulary that leaves the last panel partly empty
     embedding = PanelEmbedding(PanelLinear(weight))
     ids = torch.tensor([0, 15, 16, 36, 5, 5])
@@ -86,13 +96,12 @@ def test_panel_embedding_reads_the_rows_of_the_packed_head():
     assert torch.equal(embedding(ids.view(2, 3)), weight[ids.view(2, 3)])
 
 
-def test_lm_head_uses_the_panel_kernel_for_fp32():
-    """CI builds the CPU kernels, so an fp32 head must get the panel kernel; bf16 stays with oneDNN."""
-    assert cpu_kernels_available()
-    assert isinstance(lm_head_for_cpu(torch.randn(50, 16), kernels=True), PanelLinear)
-    assert isinstance(lm_head_for_cpu(torch.randn(50, 16), kernels=False), OneDNNLinear)
+def test_fp32_weights_use_the_panel_kernel():
+    """An fp32 weight gets the panel kernel where the kernels load; bf16 stays with oneDNN."""
+    assert isinstance(packed_linear(torch.randn(50, 16), None, kernels=True), PanelLinear)
+    assert isinstance(packed_linear(torch.randn(50, 16), None, kernels=False), OneDNNLinear)
     if torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        assert isinstance(lm_head_for_cpu(torch.randn(50, 16).bfloat16(), kernels=True), OneDNNLinear)
+        assert isinstance(packed_linear(torch.randn(50, 16).bfloat16(), None, kernels=True), OneDNNLinear)
 
 
 def test_malloc_setting_applies_on_glibc():

@@ -2,12 +2,12 @@
 
 ``F.linear`` on a dense weight re-packs the weight into the BLAS kernel's tile layout on every call; at decode
 batch sizes that packing costs as much as the multiply itself. Packing once at load time (what vLLM's and
-IPEX's CPU paths do) measured 1.1-2.7x faster on this project's decode-sized GEMMs (16-64 rows). The layers use
-oneDNN's packed layout; the LM head (few rows against Gemma's 262,144 vocabulary rows) uses our own panel
-kernel (``paged::panel_linear``, csrc/cpu/gemm.h), 1.1-1.3x oneDNN at 1-1024 rows. Packing replaces the dense
-weight, so it costs no extra memory. A tied head packed into panels also serves the embedding lookups
-(``PanelEmbedding``); a tied head oneDNN packs is opaque, so there the embedding keeps its dense rows.
-Figures: docs/benchmarks.md (``benchmarks/bench_gemm.py``).
+IPEX's CPU paths do) measured 1.1-2.7x faster on this project's decode-sized GEMMs (16-64 rows). fp32 weights
+go into our panel kernel's layout (``paged::panel_linear``, csrc/cpu/gemm.h): on Gemma 3 270M's shapes it ran
+1.2-1.4x oneDNN's packed GEMM at 1-64 rows and 1.0-1.1x at 2048. Where our kernels do not load, and for bf16,
+oneDNN's packed layout is used. Packing replaces the dense weight, so it costs no extra memory. A tied head in
+panels also serves the embedding lookups (``PanelEmbedding``); a tied head oneDNN packs is opaque, so there the
+embedding keeps its dense rows. Figures: docs/benchmarks.md (``benchmarks/bench_gemm.py``).
 """
 
 from __future__ import annotations
@@ -41,18 +41,22 @@ class OneDNNLinear(nn.Module):
 
 
 class PanelLinear(nn.Module):
-    """Bias-free ``y = x @ W.T`` (fp32) with ``W`` packed into the panel kernel's 16-column panels."""
+    """``y = x @ W.T + b`` (fp32) with ``W`` packed into the panel kernel's 16-column panels."""
 
-    def __init__(self, weight: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
         self.packed_weight = ops.pack_linear_weight(weight.detach().contiguous())
+        self.bias = None if bias is None else bias.detach().clone()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.panel_linear(x, self.packed_weight, self.out_features)
+        out = ops.panel_linear(x.reshape(-1, self.in_features), self.packed_weight, self.out_features)
+        if self.bias is not None:
+            out.add_(self.bias)
+        return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 class PanelEmbedding(nn.Module):
@@ -85,9 +89,11 @@ def cpu_kernels_available() -> bool:
     return True
 
 
-def lm_head_for_cpu(weight: torch.Tensor, kernels: bool) -> nn.Module:
-    """The panel kernel for an fp32 head when our CPU kernels are loaded (``kernels``), else oneDNN."""
-    return PanelLinear(weight) if kernels and weight.dtype == torch.float32 else OneDNNLinear(weight, None)
+def packed_linear(weight: torch.Tensor, bias: torch.Tensor | None, kernels: bool) -> nn.Module:
+    """The panel kernel for fp32 when our CPU kernels are loaded (``kernels``), else oneDNN."""
+    if kernels and weight.dtype == torch.float32:
+        return PanelLinear(weight, bias)
+    return OneDNNLinear(weight, bias)
 
 
 def packed_unavailable_reason(device: torch.device, dtype: torch.dtype) -> str | None:
@@ -118,11 +124,14 @@ def resolve_gemm_backend(requested: str, device: torch.device, dtype: torch.dtyp
     return "torch"
 
 
-def pack_linear_layers(model: nn.Module) -> int:
-    """Swap every ``nn.Linear`` under ``model`` for a :class:`OneDNNLinear`; returns how many were packed."""
-    targets = [(name, module) for name, module in model.named_modules() if type(module) is nn.Linear]
-    for name, linear in targets:
+def pack_linear_layers(model: nn.Module, kernels: bool) -> int:
+    """Swap every ``nn.Linear`` under ``model`` for a :func:`packed_linear`; returns how many were packed."""
+    # Names only: each dense weight is freed as soon as its packed copy replaces it, so packing never holds
+    # two copies of every layer at once.
+    names = [name for name, module in model.named_modules() if type(module) is nn.Linear]
+    for name in names:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, OneDNNLinear(linear.weight, linear.bias))
-    return len(targets)
+        linear = getattr(parent, attr)
+        setattr(parent, attr, packed_linear(linear.weight, linear.bias, kernels))
+    return len(names)

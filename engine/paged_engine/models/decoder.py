@@ -20,8 +20,8 @@ from paged_engine.models.cpu_gemm import (
     PanelEmbedding,
     PanelLinear,
     cpu_kernels_available,
-    lm_head_for_cpu,
     pack_linear_layers,
+    packed_linear,
 )
 from paged_engine.models.layers import GatedMLP, PagedAttention, RMSNorm, apply_rope, rope_cos_sin
 
@@ -159,10 +159,10 @@ class DecoderForCausalLM(nn.Module):
         tied = self.lm_head is None
         head = self.embed_tokens.weight if tied else self.lm_head.weight
         kernels = cpu_kernels_available()
-        self.lm_head = lm_head_for_cpu(head, kernels)
+        self.lm_head = packed_linear(head, None, kernels)
         if tied and isinstance(self.lm_head, PanelLinear):
             self.embed_tokens = PanelEmbedding(self.lm_head)
-        pack_linear_layers(self)
+        pack_linear_layers(self, kernels)
         if kernels and head.dtype == torch.float32:
             for layer in self.layers:
                 layer.mlp.fused_activation = layer.mlp.activation in ops.GATED_ACTIVATIONS
