@@ -15,6 +15,7 @@
 #include "attention.h"
 #include "cache.h"
 #include "gemm.h"
+#include "norm.h"
 
 namespace paged {
 namespace {
@@ -311,6 +312,39 @@ void gelu_tanh_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
   gated_activation_cpu<cpu::GatedActivation::kGeluTanh>("paged::gelu_tanh_and_mul", out, input);
 }
 
+// out = input * rsqrt(mean(input^2, -1) + eps) * (offset + weight), fp32; input [rows, d] or [tokens, heads, d].
+void rms_norm_cpu(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, double eps, double offset) {
+  const char* op = "paged::rms_norm";
+  check_device(input, op, "input", at::Device(at::kCPU));
+  check_device(weight, op, "weight", at::Device(at::kCPU));
+  check_device(out, op, "out", at::Device(at::kCPU));
+  check_dtype(input, op, "input", at::kFloat);
+  check_dtype(weight, op, "weight", at::kFloat);
+  check_dtype(out, op, "out", at::kFloat);
+  TORCH_CHECK(input.dim() == 2 || input.dim() == 3, op, ": input must be [rows, d] or [tokens, heads, d], got shape ",
+              input.sizes());
+  check_rows(input, op, "input");
+  const int64_t d = input.size(-1);
+  check_shape(weight, op, "weight", {d}, "[d]");
+  TORCH_CHECK(weight.is_contiguous(), op, ": weight must be contiguous");
+  TORCH_CHECK(out.sizes() == input.sizes() && out.is_contiguous(), op, ": out must be a contiguous tensor shaped like "
+              "input ", input.sizes(), ", got shape ", out.sizes(), " and strides ", out.strides());
+  const int64_t heads = input.dim() == 3 ? input.size(1) : 1;
+  const int64_t token_stride = input.stride(0), head_stride = input.dim() == 3 ? input.stride(1) : 0;
+  const float* in = input.const_data_ptr<float>();
+  const float* w = weight.const_data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  const int64_t rows = input.size(0) * heads;
+  // Grain: about 16k elements per task, as for the activations.
+  const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(d, 1));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* x = in + (r / heads) * token_stride + (r % heads) * head_stride;
+      cpu::rms_norm_row(x, w, dst + r * d, d, static_cast<float>(eps), static_cast<float>(offset));
+    }
+  });
+}
+
 }  // namespace
 
 TORCH_LIBRARY(paged, m) {
@@ -325,6 +359,7 @@ TORCH_LIBRARY(paged, m) {
   m.def("panel_linear(Tensor input, Tensor packed_weight, int out_features) -> Tensor");
   m.def("silu_and_mul(Tensor(a!) out, Tensor input) -> ()");
   m.def("gelu_tanh_and_mul(Tensor(a!) out, Tensor input) -> ()");
+  m.def("rms_norm(Tensor(a!) out, Tensor input, Tensor weight, float eps, float offset) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(paged, CPU, m) {
@@ -335,6 +370,7 @@ TORCH_LIBRARY_IMPL(paged, CPU, m) {
   m.impl("panel_linear", &panel_linear_cpu);
   m.impl("silu_and_mul", &silu_and_mul_cpu);
   m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul_cpu);
+  m.impl("rms_norm", &rms_norm_cpu);
 }
 
 }  // namespace paged

@@ -34,6 +34,7 @@ __all__ = [
     "paged_attention",
     "panel_linear",
     "reshape_and_cache",
+    "rms_norm",
 ]
 
 
@@ -110,6 +111,10 @@ def _register_fakes() -> None:
     for name in GATED_ACTIVATIONS.values():
         torch.library.register_fake(f"paged::{name}")(_gated_activation_fake(f"paged::{name}"))
 
+    @torch.library.register_fake("paged::rms_norm")
+    def _(out, input, weight, eps, offset):
+        _check_same_device("paged::rms_norm", "input", input, out=out, weight=weight)
+
 
 def _gated_activation_fake(op: str):
     def fake(out: torch.Tensor, input: torch.Tensor) -> None:
@@ -176,6 +181,14 @@ def panel_linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features:
     """``input @ weight.T`` ``[rows, out_features]`` for a weight packed by :func:`pack_linear_weight` (CPU, fp32).
     Built for few rows against a very wide weight: the LM head."""
     return torch.ops.paged.panel_linear(input, packed_weight, out_features)
+
+
+def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:
+    """``input * rsqrt(mean(input**2, -1) + eps) * (offset + weight)`` in one pass per row (CPU, fp32); ``input``
+    is ``[rows, d]`` or ``[tokens, heads, d]`` with contiguous rows; the result is contiguous."""
+    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    torch.ops.paged.rms_norm(out, input, weight, eps, offset)
+    return out
 
 
 def gated_activation(activation: str, gate_up: torch.Tensor) -> torch.Tensor:

@@ -154,8 +154,8 @@ class DecoderForCausalLM(nn.Module):
 
     def pack_weights_for_cpu(self) -> None:
         """Pre-pack every GEMM weight, the LM head included (see ``cpu_gemm``), and, where the CPU kernels load,
-        run fp32 gated activations through their one-pass op. A tied head in panels also serves the embedding
-        lookups, which frees the dense rows."""
+        run fp32 gated activations and RMSNorms through their one-pass ops. A tied head in panels also serves
+        the embedding lookups, which frees the dense rows."""
         tied = self.lm_head is None
         head = self.embed_tokens.weight if tied else self.lm_head.weight
         kernels = cpu_kernels_available()
@@ -166,6 +166,9 @@ class DecoderForCausalLM(nn.Module):
         if kernels and head.dtype == torch.float32:
             for layer in self.layers:
                 layer.mlp.fused_activation = layer.mlp.activation in ops.GATED_ACTIVATIONS
+            for norm in self.modules():
+                if isinstance(norm, RMSNorm):
+                    norm.fused = True
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, vocab]`` in fp32 for already-selected hidden rows (only rows that sample)."""
