@@ -12,6 +12,7 @@
 
 #include "../checks.h"
 #include "activation.h"
+#include "argmax.h"
 #include "attention.h"
 #include "cache.h"
 #include "gemm.h"
@@ -345,6 +346,26 @@ void rms_norm_cpu(at::Tensor& out, const at::Tensor& input, const at::Tensor& we
   });
 }
 
+// The index of each row's largest value (the first one; the first NaN if any), as torch.argmax(input, -1).
+at::Tensor argmax_rows_cpu(const at::Tensor& input) {
+  const char* op = "paged::argmax_rows";
+  check_device(input, op, "input", at::Device(at::kCPU));
+  check_dtype(input, op, "input", at::kFloat);
+  TORCH_CHECK(input.dim() == 2, op, ": input must be [rows, n], got shape ", input.sizes());
+  TORCH_CHECK(input.size(1) > 0, op, ": input rows must not be empty (argmax of nothing)");
+  check_rows(input, op, "input");
+  const int64_t rows = input.size(0), n = input.size(1), stride = input.stride(0);
+  at::Tensor out = input.new_empty({rows}, input.options().dtype(at::kLong));
+  const float* in = input.const_data_ptr<float>();
+  int64_t* dst = out.data_ptr<int64_t>();
+  // Grain: about 64k elements per task, so a small vocabulary stays on one thread.
+  const int64_t grain = std::max<int64_t>(1, (1 << 16) / n);
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) dst[r] = cpu::argmax_row(in + r * stride, n);
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(paged, m) {
@@ -360,6 +381,7 @@ TORCH_LIBRARY(paged, m) {
   m.def("silu_and_mul(Tensor(a!) out, Tensor input) -> ()");
   m.def("gelu_tanh_and_mul(Tensor(a!) out, Tensor input) -> ()");
   m.def("rms_norm(Tensor(a!) out, Tensor input, Tensor weight, float eps, float offset) -> ()");
+  m.def("argmax_rows(Tensor input) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(paged, CPU, m) {
@@ -371,6 +393,7 @@ TORCH_LIBRARY_IMPL(paged, CPU, m) {
   m.impl("silu_and_mul", &silu_and_mul_cpu);
   m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul_cpu);
   m.impl("rms_norm", &rms_norm_cpu);
+  m.impl("argmax_rows", &argmax_rows_cpu);
 }
 
 }  // namespace paged

@@ -25,11 +25,13 @@ PANEL_COLS = 16
 __all__ = [
     "Extension",
     "KernelBuildError",
+    "argmax_rows",
     "auto_backend_name",
     "choose_backend",
     "copy_blocks",
     "gated_activation",
     "load",
+    "loaded",
     "pack_linear_weight",
     "paged_attention",
     "panel_linear",
@@ -45,6 +47,11 @@ def load() -> Extension:
     _register_fakes()
     log.info("paged kernels loaded from %s (%s build, CUDA kernels: %s)", ext.path, ext.how, ext.with_cuda)
     return ext
+
+
+def loaded() -> bool:
+    """Whether ``load()`` has succeeded in this process; never builds."""
+    return load.cache_info().currsize > 0
 
 
 def choose_backend(gpu_available: bool, kernels: Extension | None) -> str:
@@ -110,6 +117,10 @@ def _register_fakes() -> None:
 
     for name in GATED_ACTIVATIONS.values():
         torch.library.register_fake(f"paged::{name}")(_gated_activation_fake(f"paged::{name}"))
+
+    @torch.library.register_fake("paged::argmax_rows")
+    def _(input):
+        return input.new_empty((input.shape[0],), dtype=torch.int64)
 
     @torch.library.register_fake("paged::rms_norm")
     def _(out, input, weight, eps, offset):
@@ -181,6 +192,11 @@ def panel_linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features:
     """``input @ weight.T`` ``[rows, out_features]`` for a weight packed by :func:`pack_linear_weight` (CPU, fp32).
     Built for few rows against a very wide weight: the LM head."""
     return torch.ops.paged.panel_linear(input, packed_weight, out_features)
+
+
+def argmax_rows(input: torch.Tensor) -> torch.Tensor:
+    """``input.argmax(dim=-1)`` for ``[rows, n]`` fp32 on the CPU, in one vectorised pass (same ties and NaNs)."""
+    return torch.ops.paged.argmax_rows(input)
 
 
 def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:

@@ -7,6 +7,7 @@ argmax for greedy rows → temperature, top-k, top-p, min-p and an exponential r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,8 +34,19 @@ class SamplerOutput:
         return result
 
 
+def torch_argmax(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(dim=-1)
+
+
 class Sampler:
-    """Stateless; the per-request state (generators, token history) lives in the metadata."""
+    """Stateless; the per-request state (generators, token history) lives in the metadata.
+
+    ``argmax`` picks greedy rows' tokens from ``[rows, vocab]`` fp32 logits: torch's by default, the CPU
+    kernel's (``ops.argmax_rows``, about 4x faster on a 262,144-token vocabulary) where the runner has it.
+    """
+
+    def __init__(self, argmax: Callable[[torch.Tensor], torch.Tensor] = torch_argmax) -> None:
+        self.argmax = argmax
 
     def __call__(self, logits: torch.Tensor, metadata: SamplingMetadata) -> SamplerOutput:
         """Sample one token per row. ``logits`` ([rows, vocab], fp32) is modified in place (other dtypes are
@@ -50,14 +62,14 @@ class Sampler:
 
         process_logits(logits, metadata)
         if metadata.all_greedy:
-            sampled = logits.argmax(dim=-1)
+            sampled = self.argmax(logits)
         else:
             assert metadata.random_rows is not None
             rows = RandomRows(metadata.temperature, metadata.top_k, metadata.top_p, metadata.min_p, metadata.generators)
             if metadata.random_rows.numel() == metadata.num_rows:
                 sampled = sample_random(logits, rows)
             else:
-                sampled = logits.argmax(dim=-1)
+                sampled = self.argmax(logits)
                 sampled[metadata.random_rows] = sample_random(logits[metadata.random_rows], rows)
 
         logprobs = None

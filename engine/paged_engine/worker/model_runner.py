@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
 from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, SchedulerOutput
 from paged_engine.models.decoder import DecoderForCausalLM
@@ -53,9 +54,9 @@ class ModelRunner:
         self.model = model
         self.plan = plan
         self.backend = backend
-        self.sampler = Sampler()
         self.eos_token_ids = tuple(eos_token_ids)
         self.device = torch.device(device)
+        self.sampler = Sampler(ops.argmax_rows) if self.device.type == "cpu" and ops.loaded() else Sampler()
         self.block_size = plan.config.block_size
         self.kv_caches = allocate_kv_caches(model, plan, dtype, self.device)
         for layer in model.attention_layers:
