@@ -228,6 +228,12 @@ void copy_blocks_cpu(const std::vector<at::Tensor>& key_caches, const std::vecto
   });
 }
 
+// parallel_for grain for row-wise ops: rows per task so each task handles about `task_elems` elements, so that
+// a decode-sized input stays on the calling thread instead of waking another one for microseconds of work.
+inline int64_t row_grain(int64_t row_elems, int64_t task_elems) {
+  return std::max<int64_t>(1, task_elems / std::max<int64_t>(row_elems, 1));
+}
+
 // Weight [N, K] fp32 -> panels [ceil(N / 16), K, 16] for panel_linear.
 at::Tensor pack_linear_weight_cpu(const at::Tensor& weight) {
   const char* op = "paged::pack_linear_weight";
@@ -298,9 +304,7 @@ void gated_activation_cpu(const char* op, at::Tensor& out, const at::Tensor& inp
   check_rows(out, op, "out");
   const float* in = input.const_data_ptr<float>();
   float* dst = out.data_ptr<float>();
-  // Grain: about 16k elements per task, so one decode row does not wake a second thread.
-  const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(d, 1));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, row_grain(d, 1 << 14), [&](int64_t begin, int64_t end) {
     cpu::gated_activation_rows<A>(in, input.stride(0), dst, out.stride(0), d, begin, end);
   });
 }
@@ -336,9 +340,7 @@ void rms_norm_cpu(at::Tensor& out, const at::Tensor& input, const at::Tensor& we
   const float* w = weight.const_data_ptr<float>();
   float* dst = out.data_ptr<float>();
   const int64_t rows = input.size(0) * heads;
-  // Grain: about 16k elements per task, as for the activations.
-  const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(d, 1));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, row_grain(d, 1 << 14), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* x = in + (r / heads) * token_stride + (r % heads) * head_stride;
       cpu::rms_norm_row(x, w, dst + r * d, d, static_cast<float>(eps), static_cast<float>(offset));
@@ -358,9 +360,7 @@ at::Tensor argmax_rows_cpu(const at::Tensor& input) {
   at::Tensor out = input.new_empty({rows}, input.options().dtype(at::kLong));
   const float* in = input.const_data_ptr<float>();
   int64_t* dst = out.data_ptr<int64_t>();
-  // Grain: about 64k elements per task, so a small vocabulary stays on one thread.
-  const int64_t grain = std::max<int64_t>(1, (1 << 16) / n);
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, row_grain(n, 1 << 16), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) dst[r] = cpu::argmax_row(in + r * stride, n);
   });
   return out;
