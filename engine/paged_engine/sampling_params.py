@@ -2,7 +2,8 @@
 
 Pure Python (no torch): the scheduler reads the stop conditions, the sampler reads the rest.
 Validation lives here so every entry point (offline API, HTTP server) refuses the same bad values
-with the same message.
+with the same message. What depends on the model (token ids, context, the logprobs limit) is checked by
+:mod:`paged_engine.request_limits`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ class SamplingParamsError(ValueError):
         self.param = param
 
 
-MAX_LOGPROBS = 20
+MAX_LOGPROBS = 20  # the default of the engine's max_logprobs; RequestLimits enforces the configured value
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 
 
 @dataclass
@@ -79,28 +81,13 @@ class SamplingParams:
             bad("min_tokens", f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(self, name)
-            if value is not None and not 0 <= value <= MAX_LOGPROBS:
-                bad(name, f"{name} must be in [0, {MAX_LOGPROBS}], got {value}")
+            if value is not None and value < 0:
+                bad(name, f"{name} must be non-negative, got {value}")
+        if self.seed is not None and not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
+            bad("seed", f"seed must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {self.seed}")
         if self.logit_bias:
             for token, bias in self.logit_bias.items():
                 if not -100.0 <= bias <= 100.0:
                     bad("logit_bias", f"logit_bias for token {token} must be in [-100, 100], got {bias}")
         if self.allowed_token_ids is not None and not self.allowed_token_ids:
             bad("allowed_token_ids", "allowed_token_ids must not be empty when given")
-
-    def validate_token_ids(self, vocab_size: int) -> None:
-        """Check every token id the request names against the model's vocabulary.
-
-        Separate from ``validate`` because only the engine knows the vocabulary size; call it on admission.
-        """
-        named = {
-            "logit_bias": list(self.logit_bias or ()),
-            "allowed_token_ids": self.allowed_token_ids or [],
-            "stop_token_ids": self.stop_token_ids,
-        }
-        for param, token_ids in named.items():
-            for token_id in token_ids:
-                if not 0 <= token_id < vocab_size:
-                    raise SamplingParamsError(
-                        param, f"{param} names token id {token_id}, outside the vocabulary [0, {vocab_size})"
-                    )

@@ -119,9 +119,9 @@ def test_bad_input_is_refused_and_others_unaffected(gemma_folder, gemma_expected
     llm = make_llm(gemma_folder)
     engine = llm.engine
     engine.add_request("good", prompts()[0], GREEDY)
-    with pytest.raises(RequestValidationError, match="max_model_len=96"):
+    with pytest.raises(RequestValidationError, match="prompt has 97 tokens, but the context is 96"):
         engine.add_request("too-long", [5] * 97, GREEDY)
-    with pytest.raises(RequestValidationError, match=r"outside the vocabulary \[0, 128\)"):
+    with pytest.raises(RequestValidationError, match=rf"token id {VOCAB}, outside the vocabulary \[0, {VOCAB}\)"):
         engine.add_request("bad-token", [5, VOCAB], GREEDY)
     with pytest.raises(SamplingParamsError, match="top_p"):
         engine.add_request("bad-param", [5, 6], SamplingParams(top_p=1.5))
@@ -130,9 +130,29 @@ def test_bad_input_is_refused_and_others_unaffected(gemma_folder, gemma_expected
         finished += engine.step()
     assert [o.request_id for o in finished] == ["good"]
     assert finished[0].outputs[0].token_ids == gemma_expected[0]
-    with pytest.raises(RequestValidationError, match="max_model_len"):
+    with pytest.raises(RequestValidationError, match="context is 96"):
         llm.generate([prompts()[0], [5] * 200], GREEDY)
     assert not engine.has_unfinished_requests()
+
+
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        (SamplingParams(stop_token_ids=[3, VOCAB]), "stop_token_ids"),
+        (SamplingParams(logit_bias={VOCAB + 5: 1.0}), "logit_bias"),
+        (SamplingParams(allowed_token_ids=[-1]), "allowed_token_ids"),
+        (SamplingParams(logprobs=21), "logprobs"),
+        (SamplingParams(prompt_logprobs=21), "prompt_logprobs"),
+        (SamplingParams(max_tokens=200), "max_tokens"),
+    ],
+)
+def test_model_dependent_fields_are_refused_before_scheduling(gemma_folder, params, param):
+    """The fields that used to reach the step unchecked (one of them killed the server's engine core)."""
+    llm = make_llm(gemma_folder)
+    with pytest.raises(RequestValidationError) as info:
+        llm.generate(prompts()[0], params)
+    assert info.value.param == param
+    assert not llm.engine.has_unfinished_requests() and not llm.engine.core.has_unfinished_requests()
 
 
 def test_prompt_logprobs_match_transformers(gemma_folder):

@@ -93,16 +93,18 @@ class ServerProcess:
         return self.process.returncode
 
 
-def start_server(model: Path | str, log_dir: Path, *extra: str, timeout: float = 180.0) -> ServerProcess:
+def start_server(
+    model: Path | str, log_dir: Path, *extra: str, timeout: float = 180.0, env: dict[str, str] | None = None
+) -> ServerProcess:
     port = free_port()
     log_path = log_dir / f"server-{port}.log"
     command = [
         sys.executable, "-m", "paged_engine.cli", "serve", str(model), "--port", str(port),
         "--served-model-name", MODEL_NAME, "--attention-backend", "reference", "--log-level", "info", *extra,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
     server = ServerProcess(process, port, log_path)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -25,6 +25,7 @@ class EngineCoreOutput:
     prompt_logprobs: list[Logprobs | None] = field(default_factory=list)
     parent_req_id: str | None = None
     index: int = 0
+    error: str | None = None  # with finish_reason ERROR: what failed
 
     @property
     def finished(self) -> bool:

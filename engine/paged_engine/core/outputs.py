@@ -63,3 +63,5 @@ class ModelRunnerOutput:
     sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
     logprobs: dict[str, list[Logprobs]] = field(default_factory=dict)
     prompt_logprobs: dict[str, list[Logprobs | None]] = field(default_factory=dict)
+    # req_id -> why its own part of the step failed (it is finished with an error; the batch went on)
+    failed: dict[str, str] = field(default_factory=dict)

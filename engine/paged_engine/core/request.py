@@ -25,6 +25,7 @@ class RequestStatus(enum.Enum):
     FINISHED_STOPPED = "finished_stopped"
     FINISHED_LENGTH = "finished_length"
     FINISHED_ABORTED = "finished_aborted"
+    FINISHED_ERROR = "finished_error"  # its own work in a step failed; the rest of the batch went on
     FORKED = "forked"  # a parallel-sampling parent whose children took over its blocks
 
     @property
@@ -37,6 +38,7 @@ _FINISHED = frozenset(
         RequestStatus.FINISHED_STOPPED,
         RequestStatus.FINISHED_LENGTH,
         RequestStatus.FINISHED_ABORTED,
+        RequestStatus.FINISHED_ERROR,
         RequestStatus.FORKED,
     }
 )
@@ -48,12 +50,14 @@ class FinishReason(enum.StrEnum):
     STOP = "stop"
     LENGTH = "length"
     ABORT = "abort"
+    ERROR = "error"  # not an OpenAI value: the request failed inside a step and was answered with an error
 
 
 _STATUS_TO_REASON = {
     RequestStatus.FINISHED_STOPPED: FinishReason.STOP,
     RequestStatus.FINISHED_LENGTH: FinishReason.LENGTH,
     RequestStatus.FINISHED_ABORTED: FinishReason.ABORT,
+    RequestStatus.FINISHED_ERROR: FinishReason.ERROR,
 }
 
 

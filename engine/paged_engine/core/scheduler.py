@@ -319,8 +319,11 @@ class Scheduler:
     # ---- results ----------------------------------------------------------------------------------------
     def update_from_output(self, scheduler_output: SchedulerOutput, runner_output: ModelRunnerOutput) -> StepResult:
         """Append sampled tokens, apply stop conditions, free finished requests, fork parents whose prompt is
-        computed. Requests aborted or preempted since ``scheduler_output`` was made are skipped."""
+        computed. Requests aborted or preempted since ``scheduler_output`` was made are skipped; requests whose
+        own part of the step failed (``runner_output.failed``) finish with ``FinishReason.ERROR``."""
         outputs: list[EngineCoreOutput] = []
+        for req_id, error in runner_output.failed.items():  # finished first, so the loop below skips them
+            outputs += self._finish(req_id, RequestStatus.FINISHED_ERROR, error)
         num_prompt_tokens = 0
         num_generated = 0
         finished = False
@@ -427,32 +430,36 @@ class Scheduler:
     def abort(self, request_ids: Iterable[str]) -> list[EngineCoreOutput]:
         """Abort requests (a fork parent's id aborts all its children); unknown or finished ids are ignored,
         since a request may finish while its abort is in flight."""
+        return [out for rid in request_ids for out in self._finish(rid, RequestStatus.FINISHED_ABORTED)]
+
+    def _finish(self, request_id: str, status: RequestStatus, error: str | None = None) -> list[EngineCoreOutput]:
+        """End a live request (or every child of a fork parent) with ``status``, freeing its blocks."""
         outputs = []
-        for rid in request_ids:
-            targets = [rid] if rid in self.requests else []
-            targets += list(self._children.get(rid, ()))
-            for target in targets:
-                request = self.requests[target]
-                if request.status is RequestStatus.RUNNING:
-                    self.running.remove(request)
-                    if request.is_fork_parent:
-                        self._reserved_seats -= request.sampling_params.n - 1
-                else:
-                    self.waiting.remove(request)
+        targets = [request_id] if request_id in self.requests else []
+        targets += list(self._children.get(request_id, ()))
+        for target in targets:
+            request = self.requests[target]
+            if request.status is RequestStatus.RUNNING:
+                self.running.remove(request)
                 if request.is_fork_parent:
-                    self._reserved_ids.difference_update(self._child_ids(request))
-                request.status = RequestStatus.FINISHED_ABORTED
-                self._release(request)
-                outputs.append(
-                    EngineCoreOutput(
-                        req_id=target,
-                        new_token_ids=[],
-                        finish_reason=request.finish_reason,
-                        num_cached_tokens=max(0, request.num_cached_tokens),
-                        parent_req_id=request.parent_request_id,
-                        index=request.index,
-                    )
+                    self._reserved_seats -= request.sampling_params.n - 1
+            else:
+                self.waiting.remove(request)
+            if request.is_fork_parent:
+                self._reserved_ids.difference_update(self._child_ids(request))
+            request.status = status
+            self._release(request)
+            outputs.append(
+                EngineCoreOutput(
+                    req_id=target,
+                    new_token_ids=[],
+                    finish_reason=request.finish_reason,
+                    num_cached_tokens=max(0, request.num_cached_tokens),
+                    parent_req_id=request.parent_request_id,
+                    index=request.index,
+                    error=error,
                 )
+            )
         return outputs
 
     # ---- stats ------------------------------------------------------------------------------------------

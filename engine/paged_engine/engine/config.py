@@ -26,6 +26,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     scheduling_policy: str = "fcfs"  # or "priority": lower Request.priority first, then arrival order
     num_threads: int | None = None  # torch intra-op threads; None leaves torch's default
+    max_logprobs: int = 20  # top-N logprobs a request may ask for, per sampled or prompt position
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
@@ -36,6 +37,8 @@ class EngineConfig:
             raise ValueError(f"num_kv_blocks must be at least 2 (block 0 is reserved), got {self.num_kv_blocks}")
         if self.max_model_len is not None and self.max_model_len < 1:
             raise ValueError(f"max_model_len must be at least 1, got {self.max_model_len}")
+        if not 0 <= self.max_logprobs <= 1024:
+            raise ValueError(f"max_logprobs must be in [0, 1024], got {self.max_logprobs}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
 

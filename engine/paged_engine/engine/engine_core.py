@@ -19,6 +19,7 @@ from paged_engine.core import EngineCoreOutput, Request, Scheduler, SchedulerCon
 from paged_engine.engine.config import EngineConfig
 from paged_engine.loader.hf import load_hf_model
 from paged_engine.models.cpu_gemm import resolve_gemm_backend
+from paged_engine.request_limits import RequestLimits
 from paged_engine.sampling_params import SamplingParams
 from paged_engine.worker.cpu_malloc import keep_freed_memory
 from paged_engine.worker.kv_cache import plan_kv_cache
@@ -94,11 +95,15 @@ class EngineCore:
             dtype=config.torch_dtype,
             device=config.device,
         )
+        self.limits = RequestLimits(model.spec.vocab_size, self.max_model_len, config.max_logprobs)
         self.last_stats: SchedulerStats | None = None
         self.num_preemptions = 0
 
     def add_request(self, request: Request) -> None:
-        """Queue ``request``; invalid ones raise (``RequestValidationError``) and change nothing."""
+        """Queue ``request``; invalid ones raise (``RequestValidationError``) and change nothing. The front-ends
+        check the same limits first; checking again here keeps any request that reaches the core from failing
+        inside a step."""
+        self.limits.check(request.prompt_token_ids, request.sampling_params)
         self.scheduler.add_request(request)
 
     def make_request(

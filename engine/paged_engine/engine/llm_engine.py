@@ -8,6 +8,7 @@ this side, so the request is then aborted in the core and reported with ``finish
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,10 +64,6 @@ class LLMEngine:
             raise RequestValidationError("request_id", f"request id {request_id!r} is already in use")
         text = prompt if isinstance(prompt, str) else None
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-        vocab = self.core.model.spec.vocab_size
-        bad = next((t for t in token_ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise RequestValidationError("prompt", f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
         self.core.add_request(self.core.make_request(request_id, token_ids, params))
         child_ids = [request_id] if params.n == 1 else [f"{request_id}-{i}" for i in range(params.n)]
         samples = {
@@ -107,6 +104,11 @@ class LLMEngine:
             if request_id is not None:
                 self._apply(self._requests[request_id], out)
                 touched.add(request_id)
+            elif out.req_id in self._requests:  # a fork parent failed before forking: every sample ends with it
+                state = self._requests[out.req_id]
+                for core_id in state.samples:
+                    self._apply(state, dataclasses.replace(out, req_id=core_id))
+                touched.add(out.req_id)
         finished = []
         for request_id in touched:
             state = self._requests[request_id]
@@ -138,4 +140,5 @@ class LLMEngine:
             detok.flush()
             completion.finish_reason = str(out.finish_reason)
             completion.stop_reason = out.stop_token_id
+            completion.error = out.error
         completion.text = detok.output_text

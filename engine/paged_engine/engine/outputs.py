@@ -14,9 +14,10 @@ class CompletionOutput:
     index: int
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None  # "stop", "length" or "abort"
+    finish_reason: str | None = None  # "stop", "length", "abort", or "error" (see ``error``)
     stop_reason: str | int | None = None  # the stop string or stop token id that ended it, if any
     logprobs: list[Logprobs] | None = None
+    error: str | None = None  # why the engine failed this sample; the rest of its batch was served
 
     @property
     def finished(self) -> bool:

@@ -134,10 +134,8 @@ class SamplingMetadata:
         eos_token_ids: Sequence[int] = (),
         device: torch.device | str = "cpu",
     ) -> SamplingMetadata:
-        """Collect the batch's parameters; token ids are checked against ``vocab_size``."""
+        """Collect the batch's parameters (their token ids were checked against the vocabulary on admission)."""
         params = [row.params for row in rows]
-        for p in params:
-            p.validate_token_ids(vocab_size)
         greedy = [row.greedy for row in rows]
         random_idx = [i for i, g in enumerate(greedy) if not g]
         all_greedy = not random_idx

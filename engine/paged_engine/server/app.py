@@ -9,10 +9,12 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Query, Request, Response
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
 from paged_engine.server.engine_client import ControlError, EngineClient, EngineDeadError
 from paged_engine.server.errors import APIError, bad_request, install_error_handlers
 from paged_engine.server.metrics import EngineMetrics
+from paged_engine.server.openapi import with_model_limits
 from paged_engine.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -70,6 +72,17 @@ class ServerState:
 def build_app(state: ServerState, lifespan: Any = None) -> FastAPI:
     app = FastAPI(title="paged-engine", version="0.1.0", docs_url="/docs", redoc_url=None, lifespan=lifespan)
     install_error_handlers(app)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        if state.serving is None:
+            return schema  # the model's limits are not known yet: not cached
+        app.openapi_schema = with_model_limits(schema, state.serving.limits, state.serving.model_name)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     client, metrics = state.client, state.metrics
     api_auth = Depends(_bearer_guard(state.api_key, "API key"))
     admin_auth = Depends(_bearer_guard(state.admin_token, "admin token"))
@@ -146,10 +159,7 @@ def build_app(state: ServerState, lifespan: Any = None) -> FastAPI:
     async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
         serving = state.ready_serving()
         serving.check_model(body.model)
-        vocab = serving.tokenizer.vocab_size
-        bad = next((t for t in body.tokens if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise bad_request(f"token id {bad} is outside the vocabulary [0, {vocab})", "tokens")
+        serving.check_token_ids("tokens", body.tokens)
         return {"prompt": serving.tokenizer.decode(body.tokens, skip_special_tokens=False)}
 
     # ---- admin API ----

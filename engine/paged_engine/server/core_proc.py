@@ -116,6 +116,7 @@ def _delta(out: Any) -> ipc.RequestDelta:
         num_cached_tokens=max(0, out.num_cached_tokens),
         logprobs=[lp(e) for e in out.logprobs] or None,
         prompt_logprobs=[lp(e) for e in out.prompt_logprobs] or None,
+        error=out.error,
     )
 
 

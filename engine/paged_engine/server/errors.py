@@ -38,18 +38,30 @@ def error_response(
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 
+# How pydantic names the member of a union it tried (``constrained-str``, ``list[int]``, ``function-after[...]``)
+# in an error's location: not part of the field's path.
+_UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list", "constrained-str", "[key]"}
+
+
+def _is_union_tag(part: str) -> bool:
+    return part in _UNION_TAGS or "[" in part or part.startswith(("function-", "constrained-"))
+
+
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """The first error, as OpenAI reports one: ``param`` is the top-level request field, the message gives the
+    path inside it."""
     first = exc.errors()[0]
-    loc = [str(part) for part in first.get("loc", ()) if part not in ("body",)]
-    param = ".".join(loc) or None
-    message = first.get("msg", "invalid request")
+    message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     if first.get("type") == "json_invalid":
         return f"request body is not valid JSON: {first.get('ctx', {}).get('error', message)}", None
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    loc = [part for part in loc if not _is_union_tag(part)] or loc
+    if not loc:
+        return message, None
+    path = ".".join(loc)
     if first.get("type") == "extra_forbidden":
-        return f"unrecognized request argument supplied: {param}", param
-    if message.startswith("Value error, "):
-        message = message.removeprefix("Value error, ")
-    return (f"{param}: {message}" if param else message), param
+        return f"unrecognized request argument supplied: {path}", loc[0]
+    return f"{path}: {message}", loc[0]
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -53,13 +53,15 @@ class TokenLogprobs(msgspec.Struct, array_like=True):
 class RequestDelta(msgspec.Struct, array_like=True):
     request_id: str
     new_token_ids: list[int]
-    finish_reason: str | None = None  # stop / length / abort
+    finish_reason: str | None = None  # stop / length / abort / error
     stop_reason: int | None = None  # the stop token id that ended the request, if any
     num_cached_tokens: int = 0
     first_scheduled_time: float | None = None  # when the request first left the waiting queue
     logprobs: list[TokenLogprobs] | None = None
     prompt_logprobs: list[TokenLogprobs | None] | None = None
-    error: str | None = None  # the engine refused the request (e.g. it needs more KV blocks than exist)
+    # Why the engine refused the request (finish_reason abort: e.g. it needs more KV blocks than exist), or failed
+    # it inside a step (finish_reason error: a fault in its own work; the rest of the batch went on).
+    error: str | None = None
 
 
 class ControlReply(msgspec.Struct, tag="reply", array_like=True):

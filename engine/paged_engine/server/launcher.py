@@ -20,6 +20,7 @@ from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
+from paged_engine.request_limits import RequestLimits
 from paged_engine.server.app import ServerState, build_app
 from paged_engine.server.core_proc import CoreConfig, run_engine_core
 from paged_engine.server.engine_client import EngineClient, EngineDeadError
@@ -89,8 +90,10 @@ async def _serve(args: argparse.Namespace, core: CoreConfig, process: multiproce
             span = RequestSpan(tracer, operation, served_name, request_id, max_tokens)
             return RequestTimeline(metrics, span, prompt_tokens)
 
-        state.serving = Serving(client, tokenizer, served_name, info["max_model_len"], args.max_waiting_requests,
-                                timeline)  # fmt: skip
+        # Token ids must name a token of both the model and the tokenizer (they may differ by padding rows).
+        limits = RequestLimits(min(info["vocab_size"], tokenizer.vocab_size), info["max_model_len"],
+                               info["max_logprobs"])  # fmt: skip
+        state.serving = Serving(client, tokenizer, served_name, limits, args.max_waiting_requests, timeline)
         metrics.observe_budgets(info["max_num_seqs"], info["max_num_batched_tokens"])
         metrics.set_info(attention_backend=str(info.get("attention_backend")),
                          gemm_backend=str(info.get("gemm_backend")), dtype=str(info.get("dtype")),

@@ -11,8 +11,28 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from paged_engine.sampling_params import MAX_LOGPROBS, SamplingParams
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from paged_engine.sampling_params import SEED_RANGE, SamplingParams
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+# Limits that depend on the loaded model: the schema marks the fields, and ``server/openapi.py`` writes the
+# model's figures into the served schema (the validation itself is ``RequestLimits``, in the API server).
+TOKEN_ID = {"x-paged-limit": "token_id"}  # [0, vocab_size)
+GENERATED_TOKENS = {"x-paged-limit": "generated_tokens"}  # [1, max_model_len - 1]
+NUM_LOGPROBS = {"x-paged-limit": "logprobs"}  # [0, max_logprobs]
+INT64 = (-(2**63), 2**63 - 1)
+
+TokenId = Annotated[int, Field(ge=0)]
+NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
+
+
+def requires(field: str, **required: Any) -> dict[str, Any]:
+    """JSON Schema: when ``field`` is present, the fields in ``required`` must hold these values."""
+    return {
+        "dependentSchemas": {
+            field: {"properties": {k: {"const": v} for k, v in required.items()}, "required": list(required)}
+        }
+    }
 
 
 class _Strict(BaseModel):
@@ -27,26 +47,35 @@ class StreamOptions(_Strict):
 class _SamplingFields(_Strict):
     """Parameters shared by completions and chat completions (OpenAI's plus the usual engine extensions)."""
 
+    model_config = ConfigDict(extra="forbid", json_schema_extra=requires("stream_options", stream=True))
+
     model: str | None = None
     n: int = Field(1, ge=1, le=128)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=INT64[1], description="-1 or 0: disabled")
     min_p: float | None = Field(None, ge=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(None, gt=0.0)
-    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    logit_bias: (
+        Annotated[
+            dict[Annotated[str, StringConstraints(pattern=r"^[0-9]+$")], Annotated[float, Field(ge=-100.0, le=100.0)]],
+            Field(json_schema_extra={"additionalProperties": False}),
+        ]
+        | None
+    ) = Field(None, description="token id (as a string) -> bias added to its logit")
+    allowed_token_ids: list[TokenId] | None = Field(None, min_length=1, json_schema_extra=TOKEN_ID)
+    stop: NonEmptyStr | Annotated[list[NonEmptyStr], Field(max_length=64)] | None = None
+    stop_token_ids: list[TokenId] | None = Field(None, json_schema_extra=TOKEN_ID)
     ignore_eos: bool = False
-    min_tokens: int = Field(0, ge=0)
+    min_tokens: int = Field(0, ge=0, le=INT64[1], description="at most max_tokens")
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     stream: bool = False
-    stream_options: StreamOptions | None = None
-    priority: int = 0
+    stream_options: StreamOptions | None = Field(None, description="only with stream: true")
+    priority: int = Field(0, ge=INT64[0], le=INT64[1], description="lower is served first (priority scheduling)")
     cache_salt: str | None = Field(None, min_length=1)
     user: str | None = None
 
@@ -64,22 +93,19 @@ class _SamplingFields(_Strict):
             raise ValueError("stop strings must be non-empty")
         return stops
 
-    def logit_bias_ids(self, vocab_size: int) -> dict[int, float] | None:
+    def logit_bias_ids(self) -> dict[int, float] | None:
         if not self.logit_bias:
             return None
         bias: dict[int, float] = {}
         for key, value in self.logit_bias.items():
             try:
-                token = int(key)
+                bias[int(key)] = value
             except ValueError:
                 raise ValueError(f"logit_bias keys must be token ids, got {key!r}") from None
-            if not 0 <= token < vocab_size:
-                raise ValueError(f"logit_bias token id {token} is outside the vocabulary [0, {vocab_size})")
-            bias[token] = value
         return bias
 
     def base_sampling_params(
-        self, max_tokens: int, vocab_size: int, logprobs: int | None, prompt_logprobs: int | None
+        self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None
     ) -> SamplingParams:
         return SamplingParams(
             n=self.n,
@@ -91,7 +117,8 @@ class _SamplingFields(_Strict):
             presence_penalty=self.presence_penalty or 0.0,
             frequency_penalty=self.frequency_penalty or 0.0,
             repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
-            logit_bias=self.logit_bias_ids(vocab_size),
+            logit_bias=self.logit_bias_ids(),
+            allowed_token_ids=self.allowed_token_ids,
             max_tokens=max_tokens,
             min_tokens=self.min_tokens,
             stop=self.stop_strings(),
@@ -105,12 +132,17 @@ class _SamplingFields(_Strict):
 
 
 class CompletionRequest(_SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(16, ge=1)
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    prompt: (
+        NonEmptyStr
+        | Annotated[list[NonEmptyStr], Field(min_length=1)]
+        | Annotated[list[TokenId], Field(min_length=1)]
+        | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)]
+    ) = Field(json_schema_extra=TOKEN_ID)
+    max_tokens: int | None = Field(16, ge=1, json_schema_extra=GENERATED_TOKENS)
+    logprobs: int | None = Field(None, ge=0, json_schema_extra=NUM_LOGPROBS)
     echo: bool = False
-    best_of: int | None = None
-    suffix: str | None = None
+    best_of: int | None = Field(None, ge=1, le=128, description="must equal n")
+    suffix: str | None = Field(None, max_length=0, description="not supported")
 
     @model_validator(mode="after")
     def _unsupported(self) -> CompletionRequest:
@@ -153,11 +185,21 @@ class ResponseFormat(_Strict):
 
 
 class ChatCompletionRequest(_SamplingFields):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "dependentSchemas": {
+                **requires("stream_options", stream=True)["dependentSchemas"],
+                **requires("top_logprobs", logprobs=True)["dependentSchemas"],
+            }
+        },
+    )
+
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, json_schema_extra=GENERATED_TOKENS)
+    max_completion_tokens: int | None = Field(None, ge=1, json_schema_extra=GENERATED_TOKENS)
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    top_logprobs: int | None = Field(None, ge=0, json_schema_extra=NUM_LOGPROBS, description="needs logprobs: true")
     echo: bool = False
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
@@ -176,9 +218,13 @@ class ChatCompletionRequest(_SamplingFields):
 
 
 class TokenizeRequest(_Strict):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"oneOf": [{"required": ["prompt"]}, {"required": ["messages"]}]}
+    )
+
     model: str | None = None
-    prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    prompt: str | SkipJsonSchema[None] = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)] | SkipJsonSchema[None] = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
@@ -191,7 +237,7 @@ class TokenizeRequest(_Strict):
 
 class DetokenizeRequest(_Strict):
     model: str | None = None
-    tokens: list[int]
+    tokens: list[TokenId] = Field(json_schema_extra=TOKEN_ID)
 
 
 # ---- responses ----

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from paged_engine.core import RequestValidationError
+from paged_engine.request_limits import RequestLimits
 from paged_engine.sampling_params import SamplingParams, SamplingParamsError
 from paged_engine.server import ipc
 from paged_engine.server.engine_client import EngineClient, EngineDeadError
@@ -65,14 +67,15 @@ class Serving:
         client: EngineClient,
         tokenizer: Tokenizer,
         served_model_name: str,
-        max_model_len: int,
+        limits: RequestLimits,
         max_waiting_requests: int,
         timeline_factory: Callable[[str, str, int, int], RequestTimeline],
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
         self.model_name = served_model_name
-        self.max_model_len = max_model_len
+        self.limits = limits
+        self.max_model_len = limits.max_model_len
         self.max_waiting_requests = max_waiting_requests
         self.timeline = timeline_factory
         self.draining = False
@@ -99,17 +102,16 @@ class Serving:
             )  # fmt: skip
 
     def check_prompt(self, token_ids: list[int], param: str = "prompt") -> None:
-        if not token_ids:
-            raise bad_request("the prompt is empty", param)
-        if len(token_ids) >= self.max_model_len:
-            raise bad_request(
-                f"the prompt has {len(token_ids)} tokens, but this model's context is {self.max_model_len} tokens "
-                "(the prompt must leave room for at least one generated token)", param,
-            )  # fmt: skip
-        vocab = self.tokenizer.vocab_size
-        bad = next((t for t in token_ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise bad_request(f"token id {bad} is outside the vocabulary [0, {vocab})", param)
+        try:
+            self.limits.check_prompt(token_ids, param)
+        except RequestValidationError as exc:
+            raise bad_request(str(exc), exc.param) from None
+
+    def check_token_ids(self, param: str, token_ids: list[int]) -> None:
+        try:
+            self.limits.check_token_ids(param, token_ids)
+        except RequestValidationError as exc:
+            raise bad_request(str(exc), exc.param) from None
 
     def sampling_params(
         self,
@@ -118,21 +120,22 @@ class Serving:
         max_tokens: int | None,
         logprobs: int | None,
         prompt_logprobs: int | None,
+        names: tuple[str, str] = ("max_tokens", "logprobs"),
     ) -> SamplingParams:
-        room = self.max_model_len - prompt_len
-        if max_tokens is None:
-            max_tokens = room
-        elif max_tokens > room:
-            raise bad_request(
-                f"max_tokens is {max_tokens}, but the prompt has {prompt_len} tokens and the context is "
-                f"{self.max_model_len}: at most {room} tokens can be generated", "max_tokens",
-            )  # fmt: skip
+        """The engine's parameters for one prompt, every model-dependent limit checked before the core sees them.
+        ``names``: what this endpoint calls max_tokens and logprobs, so errors name the field the client sent."""
+        max_tokens_param, logprobs_param = names
         try:
-            return body.base_sampling_params(max_tokens, self.tokenizer.vocab_size, logprobs, prompt_logprobs)
-        except SamplingParamsError as exc:
+            self.limits.check_max_tokens(prompt_len, max_tokens, max_tokens_param)
+            params = body.base_sampling_params(
+                self.limits.room(prompt_len) if max_tokens is None else max_tokens, logprobs, prompt_logprobs
+            )
+            self.limits.check_params(params, logprobs_param)
+        except (SamplingParamsError, RequestValidationError) as exc:
             raise bad_request(str(exc), exc.param) from None
         except ValueError as exc:
             raise bad_request(str(exc)) from None
+        return params
 
     # ---- the engine conversation ----
 
@@ -169,7 +172,9 @@ class Serving:
                         raise EngineDeadError("the engine stopped while the request was running")
                     continue
                 if delta.error is not None:
-                    raise bad_request(delta.error)
+                    choice.finish_reason = delta.finish_reason or "abort"
+                    timelines[rid].finish(choice.finish_reason, len(choice.token_ids))
+                    raise _engine_error(delta)
                 update = self._apply(choice, delta, timelines[rid])
                 if update.finished:
                     open_ids.discard(rid)
@@ -380,9 +385,11 @@ class Serving:
         prompt = self.tokenizer.encode(text, add_special_tokens=False)
         self.check_prompt(prompt, "messages")
         top = body.top_logprobs or 0
+        max_tokens_param = "max_tokens" if body.max_completion_tokens is None else "max_completion_tokens"
         params = self.sampling_params(
-            body, len(prompt), body.requested_max_tokens(), top if body.logprobs else None, None
-        )
+            body, len(prompt), body.requested_max_tokens(), top if body.logprobs else None, None,
+            names=(max_tokens_param, "top_logprobs"),
+        )  # fmt: skip
         self.check_admission()
         return [prompt], [params]
 
@@ -429,6 +436,13 @@ class Serving:
 
         return self._sse("chat", "chat.completion.chunk", random_id("chatcmpl"), body, prompts, params, opening,
                          payload)  # fmt: skip
+
+
+def _engine_error(delta: ipc.RequestDelta) -> APIError:
+    """The core refused the request on admission (the client's to fix), or failed it inside a step (ours)."""
+    if delta.finish_reason == "error":
+        return APIError(500, str(delta.error), type="internal_server_error")
+    return bad_request(str(delta.error))
 
 
 def _stream_error(status: int, kind: str, message: str) -> str:

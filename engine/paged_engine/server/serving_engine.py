@@ -58,7 +58,8 @@ class ServingEngine:
             "model": self.config.model, "model_path": str(self.model_path), "max_model_len": self.core.max_model_len,
             "num_blocks": plan.config.num_blocks, "block_size": plan.config.block_size,
             "attention_backend": self.core.runner.backend.name, "gemm_backend": self.core.gemm_backend,
-            "dtype": str(self.core.config.dtype),
+            "dtype": str(self.core.config.dtype), "vocab_size": self.core.limits.vocab_size,
+            "max_logprobs": self.core.limits.max_logprobs,
             "max_num_seqs": self.scheduler.config.max_num_seqs,
             "max_num_batched_tokens": self.scheduler.config.max_num_batched_tokens,
         }  # fmt: skip

@@ -57,12 +57,17 @@ class ChatTemplate:
         for i, message in enumerate(messages):
             if "role" not in message:
                 raise ChatTemplateError(f"message {i} has no 'role'")
+        reserved = sorted({"messages", "add_generation_prompt", *self._special} & set(extra))
+        if reserved:
+            raise ChatTemplateError(f"chat template variables {reserved} are set by the server and can't be passed")
         try:
             return self._template.render(
                 messages=list(messages), add_generation_prompt=add_generation_prompt, **self._special, **extra
             )
         except jinja2.TemplateError as error:
             raise ChatTemplateError(f"chat template failed to render: {error}") from error
+        except Exception as error:  # the template's own code tripping over unusual input (types, missing keys)
+            raise ChatTemplateError(f"chat template failed to render: {type(error).__name__}: {error}") from error
 
 
 def builtin_template(architecture: str) -> str | None:

@@ -4,11 +4,13 @@ Per step: forget finished/preempted requests, add new ones and append new block 
 :class:`InputBatch`, perform copy-on-write block copies, build flat inputs (token ids, positions, per-group slot
 mappings and block tables, query start locations, sequence lengths) with vectorised numpy, run the model,
 compute logits only for the last row of each request that reaches the end of its known tokens, sample, and
-append the sampled tokens to the batch.
+append the sampled tokens to the batch. A failure in one request's own work fails only that request
+(:mod:`paged_engine.worker.request_faults`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +23,7 @@ from paged_engine.models.decoder import DecoderForCausalLM
 from paged_engine.sample import Sampler, SamplingMetadata, prompt_logprobs
 from paged_engine.worker.input_batch import InputBatch
 from paged_engine.worker.kv_cache import KVCachePlan, allocate_kv_caches
+from paged_engine.worker.request_faults import report, run_isolated
 
 
 @dataclass
@@ -68,14 +71,18 @@ class ModelRunner:
 
     # --- state updates ------------------------------------------------------------------------------------
 
-    def _update_states(self, out: SchedulerOutput) -> None:
+    def _update_states(self, out: SchedulerOutput, failed: dict[str, str]) -> None:
         for req_id in out.finished_req_ids:
             self._prompt_logprobs_done.pop(req_id, None)
         for req_id in (*out.finished_req_ids, *out.preempted_req_ids):
             self.batch.remove_request(req_id)
         for new in out.new_requests:
             self.batch.remove_request(new.req_id)  # resumed after preemption: its old state is gone
-            self.batch.add_request(new)
+            try:
+                self.batch.add_request(new)
+            except Exception as exc:
+                self.batch.remove_request(new.req_id)
+                report(new.req_id, exc, failed)
         for cached in out.cached_requests:
             row = self.batch.rows.get(cached.req_id)
             if row is None:
@@ -86,11 +93,11 @@ class ModelRunner:
             mapping = torch.tensor(out.copy_on_write, dtype=torch.int64, device=self.device)
             self.backend.copy_blocks([k for k, _ in self.kv_caches], [v for _, v in self.kv_caches], mapping)
 
-    def _prepare_inputs(self, out: SchedulerOutput) -> StepInputs:
+    def _prepare_inputs(self, num_scheduled_tokens: dict[str, int]) -> StepInputs:
         batch = self.batch
-        req_ids = list(out.num_scheduled_tokens)
+        req_ids = list(num_scheduled_tokens)
         rows = np.fromiter((batch.rows[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
-        q_lens = np.fromiter((out.num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
+        q_lens = np.fromiter((num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
         query_start_loc = np.zeros(len(req_ids) + 1, dtype=np.int64)
         np.cumsum(q_lens, out=query_start_loc[1:])
         num_tokens = int(query_start_loc[-1])
@@ -136,27 +143,40 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
-        self._update_states(out)
         result = ModelRunnerOutput()
-        if not out.num_scheduled_tokens:
+        self._update_states(out, result.failed)
+        scheduled = out.num_scheduled_tokens
+        if result.failed:
+            scheduled = {r: n for r, n in scheduled.items() if r not in result.failed}
+        if not scheduled:
             return result
-        inputs = self._prepare_inputs(out)
+        inputs = self._prepare_inputs(scheduled)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.metadata)
         for req_id in inputs.req_ids:
             result.sampled_token_ids[req_id] = []
         self._prompt_logprobs(inputs, hidden, result)
-        if len(inputs.sample_rows) == 0:
-            return result
-        logits = self.model.compute_logits(hidden[inputs.logits_indices])
         states = [self.batch.states[int(row)] for row in inputs.sample_rows]
-        rows = [state.sampling for state in states if state is not None]
-        metadata = SamplingMetadata.build(rows, self.model.spec.vocab_size, self.eos_token_ids, self.device)
-        sampled = self.sampler(logits, metadata)
-        token_ids = sampled.sampled_token_ids.tolist()
-        logprobs = sampled.logprobs_per_row(metadata)
-        for row, state, token, row_logprobs in zip(inputs.sample_rows, states, token_ids, logprobs, strict=True):
+        live = [i for i, state in enumerate(states) if state is not None and state.req_id not in result.failed]
+        if not live:
+            return result
+
+        def sample(positions: Sequence[int]) -> list[tuple[int, Logprobs | None]]:
+            # Logits are computed here, not reused from a failed attempt: the sampler edits them in place.
+            logits = self.model.compute_logits(hidden[inputs.logits_indices[list(positions)]])
+            rows = [states[i].sampling for i in positions]  # type: ignore[union-attr]
+            metadata = SamplingMetadata.build(rows, self.model.spec.vocab_size, self.eos_token_ids, self.device)
+            sampled = self.sampler(logits, metadata)
+            return list(zip(sampled.sampled_token_ids.tolist(), sampled.logprobs_per_row(metadata), strict=True))
+
+        samples, errors = run_isolated(sample, live)
+        for i, exc in errors.items():
+            req_id = states[i].req_id  # type: ignore[union-attr]
+            report(req_id, exc, result.failed)
+            del result.sampled_token_ids[req_id]
+        for i, (token, row_logprobs) in samples.items():
+            state = states[i]
             assert state is not None
-            self.batch.append_token(int(row), token)
+            self.batch.append_token(int(inputs.sample_rows[i]), token)
             result.sampled_token_ids[state.req_id] = [token]
             if row_logprobs is not None:
                 result.logprobs[state.req_id] = [row_logprobs]
@@ -165,25 +185,33 @@ class ModelRunner:
     def _prompt_logprobs(self, inputs: StepInputs, hidden: torch.Tensor, result: ModelRunnerOutput) -> None:
         """Logprobs of the prompt tokens this step's chunks predict, for requests that asked. Entry ``j`` of a
         request's list is token ``j``'s logprob given the tokens before it; token 0 has none (``None``)."""
-        batch = self.batch
         for i, req_id in enumerate(inputs.req_ids):
-            row = batch.rows[req_id]
-            state = batch.states[row]
-            assert state is not None
-            num = state.sampling.params.prompt_logprobs
-            if num is None:
-                continue
-            first = int(inputs.positions_np[inputs.query_start_loc[i]])
-            last = int(inputs.positions_np[inputs.query_start_loc[i + 1] - 1])
-            done = self._prompt_logprobs_done.get(req_id, 0)
-            start, end = max(first, done), min(last + 1, state.num_prompt_tokens - 1)  # positions predicting p + 1
-            entries: list[Logprobs | None] = [None] if first == 0 and done == 0 else []
-            for chunk in range(start, end, PROMPT_LOGPROBS_CHUNK):
-                positions = np.arange(chunk, min(chunk + PROMPT_LOGPROBS_CHUNK, end))
-                flat = torch.from_numpy(inputs.query_start_loc[i] + positions - first).to(self.device)
-                targets = torch.from_numpy(batch.token_ids[row, positions + 1]).to(self.device)
-                tensors = prompt_logprobs(self.model.compute_logits(hidden[flat]), targets, num)
-                entries.extend(tensors.row(j, num) for j in range(len(positions)))
-            if entries:
-                result.prompt_logprobs[req_id] = entries
-            self._prompt_logprobs_done[req_id] = max(done, end, 1 if first == 0 else 0)
+            try:
+                self._request_prompt_logprobs(i, req_id, inputs, hidden, result)
+            except Exception as exc:
+                report(req_id, exc, result.failed)
+
+    def _request_prompt_logprobs(
+        self, i: int, req_id: str, inputs: StepInputs, hidden: torch.Tensor, result: ModelRunnerOutput
+    ) -> None:
+        batch = self.batch
+        row = batch.rows[req_id]
+        state = batch.states[row]
+        assert state is not None
+        num = state.sampling.params.prompt_logprobs
+        if num is None:
+            return
+        first = int(inputs.positions_np[inputs.query_start_loc[i]])
+        last = int(inputs.positions_np[inputs.query_start_loc[i + 1] - 1])
+        done = self._prompt_logprobs_done.get(req_id, 0)
+        start, end = max(first, done), min(last + 1, state.num_prompt_tokens - 1)  # positions predicting p + 1
+        entries: list[Logprobs | None] = [None] if first == 0 and done == 0 else []
+        for chunk in range(start, end, PROMPT_LOGPROBS_CHUNK):
+            positions = np.arange(chunk, min(chunk + PROMPT_LOGPROBS_CHUNK, end))
+            flat = torch.from_numpy(inputs.query_start_loc[i] + positions - first).to(self.device)
+            targets = torch.from_numpy(batch.token_ids[row, positions + 1]).to(self.device)
+            tensors = prompt_logprobs(self.model.compute_logits(hidden[flat]), targets, num)
+            entries.extend(tensors.row(j, num) for j in range(len(positions)))
+        if entries:
+            result.prompt_logprobs[req_id] = entries
+        self._prompt_logprobs_done[req_id] = max(done, end, 1 if first == 0 else 0)

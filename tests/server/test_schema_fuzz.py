@@ -1,0 +1,63 @@
+"""Schema-driven requests against a real server (schemathesis over its own OpenAPI schema): nothing is a 5xx,
+every refusal is an OpenAI error envelope naming the problem, and what the schema calls valid is mostly accepted
+(the schema states the server's limits, the model's included).
+
+Bounded for CI: a fixed number of examples per operation, and each generated completion capped to a few tokens
+and choices (smaller values than the generated ones, so every case stays valid by the schema).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+
+from tests.server.conftest import API_KEY, ServerProcess
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+OPERATIONS = ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"]
+EXAMPLES = 60
+
+
+def bounded(body: dict) -> dict:
+    """At most 4 choices of 8 tokens each, so a case runs in milliseconds on the tiny model."""
+    if isinstance(body, dict):
+        for key in ("max_tokens", "max_completion_tokens"):
+            if isinstance(body.get(key), int | float):
+                body[key] = min(body[key], 8)
+        for key in ("n", "best_of"):
+            if isinstance(body.get(key), int | float):
+                body[key] = min(body[key], 4)
+        if isinstance(body.get("min_tokens"), int | float):
+            body["min_tokens"] = min(body["min_tokens"], 8)
+    return body
+
+
+@pytest.mark.parametrize("path", OPERATIONS)
+def test_schema_valid_requests_are_served_or_refused_cleanly(server: ServerProcess, path: str) -> None:
+    schema = schemathesis.openapi.from_dict(httpx.get(f"{server.url}/openapi.json").json())
+    statuses: Counter[int] = Counter()
+    refusals: list[tuple[dict, dict]] = []
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(case=schema[path]["POST"].as_strategy(generation_mode=GenerationMode.POSITIVE))
+    def send(case) -> None:  # type: ignore[no-untyped-def]
+        body = bounded(case.body)
+        response = httpx.post(f"{server.url}{path}", json=body, headers=AUTH, timeout=60)
+        statuses[response.status_code] += 1
+        assert response.status_code < 500, (body, response.text)
+        if response.status_code >= 400:
+            error = response.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"} and error["message"], response.text
+            refusals.append((body, error))
+
+    send()
+    accepted = sum(n for status, n in statuses.items() if status < 300)
+    assert accepted >= 0.9 * sum(statuses.values()), (statuses, refusals[:5])
+    assert httpx.get(f"{server.url}/health").status_code == 200
