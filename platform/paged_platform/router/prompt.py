@@ -45,8 +45,8 @@ def routing_text(body: dict[str, Any]) -> str:
                 parts.append(f"{role}{_UNIT}{_content_text(message.get('content'))}{_RECORD}")
         return "".join(parts)
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt:
-        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of prompts: routed on the first
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list):
