@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.conftest import free_port
+from tests.server.conftest import free_port, tiny_gemma_dir
 
+__all__ = ["tiny_gemma_dir"]  # re-exported as a fixture for the tests against real engines
 FAKE = Path(__file__).with_name("fake_replica.py")
 FAKE_MODEL = "fake-model"
 
