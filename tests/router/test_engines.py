@@ -100,8 +100,10 @@ def test_a_client_leaving_mid_stream_aborts_the_engines_request(engines: list[Se
             next(lines)
     # The router closes its upstream stream; the engine aborts the request and frees its blocks.
     wait_until(
-        lambda: sum(scrape(e).get("paged_request_success_total{finished_reason=abort}", 0.0) for e in engines)
-        == sum(aborted.values()) + 1,
+        lambda: (
+            sum(scrape(e).get("paged_request_success_total{finished_reason=abort}", 0.0) for e in engines)
+            == sum(aborted.values()) + 1
+        ),
         timeout=30,
     )
     wait_until(lambda: all(scrape(e)["paged_kv_cache_usage_ratio"] == 0.0 for e in engines), timeout=30)
