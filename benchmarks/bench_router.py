@@ -10,7 +10,8 @@ replica's cache: a policy that spreads each prefix over every replica makes each
 prefixes (LRU misses), one that keeps a prefix on one replica lets each hold its share. The prefix count is
 coprime with 3 so that round robin does not line prefixes up with replicas by accident.
 
-Figures per policy: throughput, TTFT p50/p99 (the ``paged-ctl bench`` load generator), each engine's prefix
+Figures per policy (round robin first and again last, to show how much the shared machine drifted meanwhile;
+ratios are against the first): throughput, TTFT p50/p99 (the ``paged-ctl bench`` load generator), each engine's prefix
 hit rate (``paged_prefix_cache_hits_total / queries_total`` over the run) and the load imbalance (the most
 requests one engine finished over the mean).
 
@@ -209,7 +210,8 @@ def run_policy(policy: str, folder: Path, requests: list, tokenizer: object, arg
 def part_policies(args: argparse.Namespace) -> None:
     from paged_engine.tokenizer import load_tokenizer
 
-    folder = build_model(Path(args.model_dir), args.hidden, args.layers)
+    default_dir = Path(tempfile.gettempdir()) / f"bench-router-model-h{args.hidden}-l{args.layers}"
+    folder = build_model(Path(args.model_dir) if args.model_dir else default_dir, args.hidden, args.layers)
     tokenizer = load_tokenizer(str(folder))
     requests = shared_prefix_dataset(args.num_requests, args.num_prefixes, args.prefix_len, args.suffix_len,
                                      args.output_len, tokenizer, seed=0)  # fmt: skip
@@ -219,9 +221,10 @@ def part_policies(args: argparse.Namespace) -> None:
           flush=True)  # fmt: skip
     results = {}
     for policy in args.policies.split(","):
-        print(f"== {policy}", flush=True)
-        results[policy] = run_policy(policy, folder, requests, tokenizer, args)
-        r = results[policy]
+        label = policy if policy not in results else f"{policy} (again)"  # a baseline repeated shows the drift
+        print(f"== {label}", flush=True)
+        results[label] = run_policy(policy, folder, requests, tokenizer, args)
+        r = results[label]
         print(f"   {r['completed']} ok / {r['failed']} failed {r['errors'] or ''}; {r['req_s']:.3f} req/s; "
               f"TTFT p50 {r['ttft_p50']:.0f} ms", flush=True)  # fmt: skip
     base = results.get("round_robin")
@@ -329,17 +332,19 @@ def part_overhead(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", choices=("all", "policies", "overhead"), default="all")
-    parser.add_argument("--policies", default="round_robin,least_load,prefix,cache_aware,session")
+    # session is least_load without a session header, and the load generator sends none.
+    parser.add_argument("--policies", default="round_robin,cache_aware,prefix,least_load,round_robin",
+                        help="run in this order; a repeated one is run again (the machine's drift)")  # fmt: skip
     parser.add_argument("--num-requests", type=int, default=60)
     parser.add_argument("--num-prefixes", type=int, default=10)
     parser.add_argument("--prefix-len", type=int, default=512)
     parser.add_argument("--suffix-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=6)
-    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--kv-cache-memory", default="10MiB", help="per engine (about 1/3 of all prefixes)")
-    parser.add_argument("--model-dir", default=str(Path(tempfile.gettempdir()) / "bench-router-model"))
+    parser.add_argument("--model-dir", help="where the random model is written (default: a temp folder per size)")
     parser.add_argument("--overhead-requests", type=int, default=3000)
     parser.add_argument("--overhead-concurrency", type=int, default=32)
     args = parser.parse_args()

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.server
 
 def complete(router, stream: bool = False, max_tokens: int = 2, **kw) -> httpx.Response:  # type: ignore[no-untyped-def]
     body = {"model": FAKE_MODEL, "prompt": "hello", "max_tokens": max_tokens, "stream": stream}
-    return httpx.post(f"{router.url}/v1/completions", json=body, timeout=30, **kw)
+    return httpx.post(f"{router.url}/v1/completions", json=body, **{"timeout": 30, **kw})
 
 
 def text_of(response: httpx.Response) -> str:
@@ -180,3 +180,27 @@ def test_a_client_leaving_mid_stream_closes_the_replicas_stream(fakes, router):
         assert first.startswith("data: ")
     wait_until(lambda: seen(a)["client_gone"] == 1)
     wait_until(lambda: replica_states(r)[a.url]["in_flight"] == 0)
+
+
+def test_a_client_leaving_before_the_response_starts_frees_its_place(fakes, router):
+    """A non-streamed completion sends nothing until it is done, and a queued request nothing at all: the router
+    must notice the client leaving by itself, close the upstream request and free the replica's room."""
+    (a,) = fakes(1)
+    r = router([a.url], "--max-inflight-per-replica", "1", "--queue-timeout", "60")
+    control(a, chunk_delay=2.0)  # a plain completion of 10 tokens answers after 20 s
+
+    def leaves_early() -> str:
+        try:
+            complete(r, max_tokens=10, timeout=1.5)
+        except httpx.TimeoutException:
+            return "left"
+        return "answered"
+
+    clients = [_in_background(leaves_early) for _ in range(2)]  # one occupies the replica, one waits in the queue
+    wait_until(lambda: httpx.get(f"{r.url}/router/replicas").json()["queued"].get(FAKE_MODEL) == 1)
+    for thread, result in clients:
+        thread.join(10)
+        assert result["value"] == "left"
+    wait_until(lambda: replica_states(r)[a.url]["in_flight"] == 0, timeout=10)
+    assert httpx.get(f"{r.url}/router/replicas").json()["queued"].get(FAKE_MODEL) == 0
+    assert router_metric(r, "paged_router_rejected_requests_total") == 2

@@ -4,9 +4,11 @@ its own probes and metrics, and ``/router/replicas`` (what it knows of each repl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
@@ -24,6 +26,7 @@ from paged_platform.router.prompt import chunk_hashes, routing_text
 from paged_platform.router.proxy import forwarded_headers, open_upstream, relay, response_headers
 
 log = logging.getLogger("paged_router")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -93,13 +96,16 @@ class Router:
             body = await self._read_body(request)
             route = self._route_request(body, request)
             model = route.model
-            upstream = await open_upstream(
+            upstream = await _unless_client_leaves(request, open_upstream(
                 self.pool, self.session, self.metrics, route, request.url.path, body,
                 forwarded_headers(request.headers), self.limits.max_retries,
-            )  # fmt: skip
+            ))  # fmt: skip
         except RouterError as exc:
             self.metrics.rejected.labels(model, exc.reason).inc()
             return exc.response()
+        except ClientGoneError:
+            self.metrics.rejected.labels(model, "client_gone").inc()
+            return Response(status_code=499)
         self.metrics.prefix_queries.labels(model).inc(len(route.chunks))
         self.metrics.prefix_hits.labels(model).inc(upstream.lease.decision.matched_chunks)
         return StreamingResponse(
@@ -155,6 +161,34 @@ class Router:
         states = [asdict(r) | {"models": sorted(r.models)} for r in self.pool.replicas.values()]
         queues = {model: len(queue) for model, queue in self.pool.queues.items()}
         return JSONResponse({"policy": self.pool.policy.name, "replicas": states, "queued": queues})
+
+
+class ClientGoneError(Exception):
+    """The client disconnected before the response started."""
+
+
+async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, T]) -> T:
+    """``work``, cancelled if the client disconnects first: until a replica sends its status line (for a
+    non-streamed completion, when the whole answer is ready) nothing else notices a client leaving, and the
+    cancellation closes the upstream connection, so the engine aborts the request or a queued one leaves."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task not in done:
+        raise ClientGoneError
+    return task.result()
 
 
 def build_app(router: Router, lifespan: Any = None) -> Starlette:

@@ -22,7 +22,7 @@ class RouterMetrics:
         self.rejected = Counter(
             "paged_router_rejected_requests",
             "Requests the router answered itself with an error, by reason "
-            "(queue_full, queue_timeout, no_replica, upstream_unavailable, unknown_model, bad_request)",
+            "(queue_full, queue_timeout, upstream_unavailable, unknown_model, bad_request, client_gone)",
             ["model_name", "reason"],
             registry=r,
         )

@@ -98,7 +98,9 @@ async def open_upstream(
             response = await session.post(f"{lease.url}{path}", data=body, headers=headers)
         except (aiohttp.ClientConnectionError, aiohttp.ConnectionTimeoutError) as exc:
             failure, detail = "connect_error", f"{type(exc).__name__}: {exc}"
-        except BaseException:
+        except BaseException:  # cancelled (the client left) or a bug: give the replica's room back
+            if refusal is not None:
+                refusal.close()
             lease.release()
             raise
         else:
