@@ -67,3 +67,8 @@ class RouterMetrics:
             registry=r,
         )
         self.replicas = Gauge("paged_router_replicas", "Known replicas, by readiness", ["state"], registry=r)
+
+    def forget_replica(self, url: str) -> None:
+        """Drop a departed replica's series, so replicas that come and go (rollouts) do not pile up series."""
+        for metric in (self.requests, self.stream_errors, self.in_flight):
+            metric.remove_by_labels({"replica": url})

@@ -6,7 +6,8 @@ requests from this router. A :class:`Lease` is one such request in flight: takin
 replica, releasing it (exactly once) uncounts it and offers the room to the model's queue.
 
 Endpoints come and go through :meth:`ReplicaPool.set_endpoints` (static list or EndpointSlice watch). A replica
-that leaves keeps its leases valid until they are released; the policy forgets its state at once.
+that leaves keeps its leases valid until they are released; the policy forgets its state at once, the metrics
+its series once its last request has ended.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class Lease:
         self._released = True
         self.replica.in_flight -= 1
         self.pool.metrics.in_flight.labels(self.model, self.url).dec()
+        if self.replica.in_flight == 0 and self.pool.replicas.get(self.url) is not self.replica:
+            self.pool.metrics.forget_replica(self.url)  # the replica left while this request ran
         self.pool.wake(self.model)
 
 
@@ -85,7 +88,10 @@ class ReplicaPool:
         wanted = {url.rstrip("/") for url in urls}
         for url in set(self.replicas) - wanted:
             log.info("replica %s left", url)
-            self.replicas.pop(url).ready = False
+            replica = self.replicas.pop(url)
+            replica.ready = False
+            if replica.in_flight == 0:  # else the last lease's release forgets its series
+                self.metrics.forget_replica(url)
             self._probes.pop(url).cancel()
             self._probed.pop(url, None)
             self.policy.forget(url)
