@@ -66,6 +66,11 @@ def service_name(md: ModelDeployment) -> str:
     return md.metadata.name
 
 
+def router_name(md: ModelDeployment) -> str:
+    """The optional router's Deployment, Service and ServiceAccount (``router_children``)."""
+    return f"{md.metadata.name}-router"
+
+
 def config_map_name(md: ModelDeployment) -> str:
     return f"{md.metadata.name}-engine"
 
@@ -97,8 +102,9 @@ def labels(md: ModelDeployment) -> dict[str, str]:
 
 
 def endpoint(md: ModelDeployment) -> str:
-    """In-cluster base URL of the OpenAI-compatible API."""
-    return f"http://{service_name(md)}.{md.metadata.namespace}.svc:{md.spec.service.port}/v1"
+    """In-cluster base URL of the OpenAI-compatible API: the router's Service when ``spec.router`` is enabled."""
+    name = router_name(md) if md.spec.router.enabled else service_name(md)
+    return f"http://{name}.{md.metadata.namespace}.svc:{md.spec.service.port}/v1"
 
 
 def owner_reference(md: ModelDeployment, uid: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -26,7 +27,7 @@ import kopf
 from paged_platform.api import GROUP, PLURAL, VERSION, Decision, ModelDeployment, ModelDeploymentStatus
 from pydantic import ValidationError
 
-from paged_operator import budget_tuner, children, health, status_builder
+from paged_operator import budget_tuner, children, health, router_children, status_builder
 from paged_operator.budget_tuner import Budgets
 from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide, initial_state
 from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
@@ -195,6 +196,7 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
     await kube.apply(children.service(md, uid))
     await kube.apply(children.pod_disruption_budget(md, uid))
     await kube.apply(children.deployment(md, uid))
+    await apply_router(kube, md, uid)
     status = _status(body)
     desired = desired_replicas(md, status)
     deployment = await kube.apply(children.replicas_patch(md, desired), field_manager=REPLICAS_FIELD_MANAGER)
@@ -221,6 +223,19 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
     ready = status_builder.ready_condition(status.ready_replicas, desired, md.spec.replicas.min)
     _set(status, "Ready", ready, now, generation)
     await kube.patch_status(namespace, md.metadata.name, status.to_wire())
+
+
+async def apply_router(kube: KubeApi, md: ModelDeployment, uid: str) -> None:
+    """The router's children while ``spec.router.enabled``; once disabled, deleted (looked up first, so a
+    ModelDeployment that never had a router costs one GET)."""
+    namespace, name = md.metadata.namespace or "", children.router_name(md)
+    if md.spec.router.enabled:
+        role = os.environ.get(router_children.CLUSTER_ROLE_ENV, router_children.DEFAULT_CLUSTER_ROLE)
+        for obj in router_children.router_children(md, uid, role):
+            await kube.apply(obj)
+    elif await kube.get_optional(object_path("Deployment", namespace, name)) is not None:
+        for kind in reversed(router_children.ROUTER_KINDS):
+            await kube.delete_if_present(kind, namespace, name)
 
 
 def _set(

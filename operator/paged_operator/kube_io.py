@@ -35,6 +35,9 @@ _COLLECTIONS: dict[str, str] = {
     "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
     "Pod": "/api/v1/namespaces/{ns}/pods",
     "Event": "/api/v1/namespaces/{ns}/events",
+    # The optional router's identity and its right to read EndpointSlices.
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
 }
 
 
@@ -153,6 +156,17 @@ class KubeApi:
             await self.request("POST", collection_path(obj["kind"], meta["namespace"]), obj)
         except ApiError as exc:
             if exc.code == 409:
+                return False
+            raise
+        return True
+
+    async def delete_if_present(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete an object (True when it existed); its dependents are collected in the background."""
+        try:
+            options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+            await self.request("DELETE", object_path(kind, namespace, name), options)
+        except ApiError as exc:
+            if exc.code == 404:
                 return False
             raise
         return True

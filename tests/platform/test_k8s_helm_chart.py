@@ -72,9 +72,15 @@ def test_watch_namespace_uses_a_role(kube_binaries: Any) -> None:
     )
     (role,) = objects["Role"]
     assert role["metadata"]["namespace"] == "team-a"
-    (cluster_role,) = objects["ClusterRole"]
-    assert cluster_role["rules"] == [
-        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]}
+    cluster_roles = {r["metadata"]["name"]: r["rules"] for r in objects["ClusterRole"]}
+    assert cluster_roles["rel-paged"] == [
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
+        # Binding the routers' ClusterRole in a ModelDeployment's namespace (spec.router), and no other role.
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"],
+         "resourceNames": ["rel-paged-router"]},
+    ]  # fmt: skip
+    assert cluster_roles["rel-paged-router"] == [
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]}
     ]
     (container,) = objects["Deployment"][0]["spec"]["template"]["spec"]["containers"]
     assert "--namespace=team-a" in container["args"] and "--all-namespaces" not in container["args"]
@@ -143,6 +149,8 @@ ALLOWED = [
     ("create", "events", "", ""),
     ("create", "secrets", "", ""),  # the per-ModelDeployment engine admin token
     ("get", "secrets", "", ""),
+    ("create", "serviceaccounts", "", ""),  # the optional router's identity...
+    ("create", "rolebindings", "rbac.authorization.k8s.io", ""),  # ...bound to the chart's router ClusterRole
 ]
 DENIED = [
     ("create", "modeldeployments", "paged.dev", ""),  # users create them; the operator only reconciles
@@ -154,6 +162,8 @@ DENIED = [
     ("create", "leases", "coordination.k8s.io", ""),  # --standalone: no peering, no leases
     ("create", "customresourcedefinitions", "apiextensions.k8s.io", ""),
     ("create", "roles", "rbac.authorization.k8s.io", ""),
+    ("create", "clusterrolebindings", "rbac.authorization.k8s.io", ""),
+    ("list", "endpointslices", "discovery.k8s.io", ""),  # the router reads them, under its own account
 ]
 
 

@@ -33,3 +33,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{- define "paged.routerClusterRole" -}}
+{{- printf "%s-router" (include "paged.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

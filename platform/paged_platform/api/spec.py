@@ -18,6 +18,8 @@ from paged_platform.api.base import ApiModel, IntOrPercent, Quantity, cel
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_SERVED_NAME = "gemma-3-270m"
 DEFAULT_ENGINE_IMAGE = "ghcr.io/paged/paged-engine:0.1.0"
+#: `paged-router` ships in the operator image (the platform package without torch).
+DEFAULT_ROUTER_IMAGE = "ghcr.io/paged/paged-operator:0.1.0"
 
 # A Hugging Face-style id ("org/name"), the built-in default, or an absolute path inside model.volume.
 MODEL_NAME_PATTERN = r"^(default|/[^\s]+|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+)$"
@@ -298,6 +300,17 @@ class ServiceSpec(ApiModel):
     type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
 
 
+class RouterSpec(ApiModel):
+    """An optional `paged-router` in front of the replicas: prefix- and load-aware placement of each request,
+    replicas discovered from the engines' EndpointSlices (docs/router.md). Its Service is `<name>-router`."""
+
+    enabled: bool = False
+    #: The routing policy (`paged-router --policy`).
+    policy: Literal["cache_aware", "prefix", "least_load", "round_robin", "session"] = "cache_aware"
+    replicas: int = Field(1, ge=1, le=100)
+    image: str = Field(DEFAULT_ROUTER_IMAGE, min_length=1, max_length=512)
+
+
 class ModelDeploymentSpec(ApiModel):
     """A model served by a set of engine replicas that the operator sizes and tunes."""
 
@@ -309,3 +322,4 @@ class ModelDeploymentSpec(ApiModel):
     scheduler_budget: SchedulerBudget = _sub(SchedulerBudget)
     rollout: RolloutSpec = _sub(RolloutSpec)
     service: ServiceSpec = _sub(ServiceSpec)
+    router: RouterSpec = _sub(RouterSpec)

@@ -1,0 +1,131 @@
+"""Pure builders of the optional router's children (``spec.router``): its Deployment and Service, and the
+ServiceAccount and RoleBinding that let it watch the engines' EndpointSlices. The rights themselves are the
+chart's router ClusterRole (``$PAGED_ROUTER_CLUSTER_ROLE``), bound in the ModelDeployment's namespace only: the
+operator binds that one role and creates no Role of its own.
+
+Every object is named ``<name>-router`` and labelled ``paged.dev/router: <name>``, never with the engines'
+selector label, so the engines' Service and PodDisruptionBudget never select router pods. The router finds the
+engines through their Service's EndpointSlices (``kubernetes.io/service-name=<name>``), so it follows
+scale-ups, drains and rollouts without the operator telling it anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paged_platform.api import ModelDeployment
+
+from paged_operator.children import HTTP_PORT_NAME, owner_reference, router_name, service_name
+
+ROUTER_CONTAINER = "router"
+ROUTER_PORT = 8080
+ROUTER_LABEL = "paged.dev/router"
+#: Kinds of the router's children, in the order they are applied (and deleted in reverse).
+ROUTER_KINDS = ("ServiceAccount", "RoleBinding", "Service", "Deployment")
+#: The chart's ClusterRole for router pods (the chart sets the variable; this is its name in a release "paged").
+CLUSTER_ROLE_ENV = "PAGED_ROUTER_CLUSTER_ROLE"
+DEFAULT_CLUSTER_ROLE = "paged-router"
+
+
+def router_selector(md: ModelDeployment) -> dict[str, str]:
+    return {ROUTER_LABEL: md.metadata.name}
+
+
+def router_labels(md: ModelDeployment) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "paged-router",
+        "app.kubernetes.io/instance": md.metadata.name,
+        "app.kubernetes.io/managed-by": "paged-operator",
+        **router_selector(md),
+    }
+
+
+def _metadata(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    if not md.metadata.namespace:
+        raise ValueError(f"ModelDeployment {md.metadata.name!r} has no namespace")
+    return {
+        "name": router_name(md),
+        "namespace": md.metadata.namespace,
+        "labels": router_labels(md),
+        "ownerReferences": [owner_reference(md, uid)],
+    }
+
+
+def router_args(md: ModelDeployment) -> list[str]:
+    return [
+        "--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--service", service_name(md),
+        "--namespace", md.metadata.namespace or "", "--port-name", HTTP_PORT_NAME, "--policy", md.spec.router.policy,
+    ]  # fmt: skip
+
+
+def _probe(path: str, period_s: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": HTTP_PORT_NAME}, "periodSeconds": period_s, "failureThreshold": 3}
+
+
+def router_deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    container = {
+        "name": ROUTER_CONTAINER,
+        "image": md.spec.router.image,
+        "command": ["paged-router"],
+        "args": router_args(md),
+        "ports": [{"name": HTTP_PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "livenessProbe": _probe("/health", 10),
+        "readinessProbe": _probe("/ready", 5),
+        "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(md, uid),
+        "spec": {
+            "replicas": md.spec.router.replicas,
+            "selector": {"matchLabels": router_selector(md)},
+            "template": {
+                "metadata": {"labels": router_labels(md)},
+                "spec": {
+                    "serviceAccountName": router_name(md),
+                    "containers": [container],
+                    "enableServiceLinks": False,
+                },
+            },
+        },
+    }
+
+
+def router_service(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(md, uid),
+        "spec": {
+            "type": md.spec.service.type,
+            "selector": router_selector(md),
+            "ports": [{"name": HTTP_PORT_NAME, "port": md.spec.service.port, "targetPort": HTTP_PORT_NAME}],
+        },
+    }
+
+
+def router_service_account(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(md, uid)}
+
+
+def router_role_binding(md: ModelDeployment, uid: str, cluster_role: str) -> dict[str, Any]:
+    """The router ClusterRole's rights (reading EndpointSlices), in this namespace, for the router's account."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(md, uid),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": router_name(md), "namespace": md.metadata.namespace}],
+    }
+
+
+def router_children(md: ModelDeployment, uid: str, cluster_role: str) -> list[dict[str, Any]]:
+    """The router's objects in apply order (identity and rights before the pods that use them)."""
+    return [
+        router_service_account(md, uid),
+        router_role_binding(md, uid, cluster_role),
+        router_service(md, uid),
+        router_deployment(md, uid),
+    ]

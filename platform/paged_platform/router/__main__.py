@@ -1,0 +1,3 @@
+from paged_platform.router.cli import main
+
+main()

@@ -1,0 +1,204 @@
+"""The router's HTTP front (Starlette): the OpenAI routes it relays, ``/v1/models`` merged across replicas,
+its own probes and metrics, and ``/router/replicas`` (what it knows of each replica, for operators)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+import aiohttp
+import msgspec
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from paged_platform.router.errors import RouterError, bad_request, error_response
+from paged_platform.router.metrics import RouterMetrics
+from paged_platform.router.policies import RouteRequest
+from paged_platform.router.pool import ReplicaPool
+from paged_platform.router.prompt import chunk_hashes, routing_text
+from paged_platform.router.proxy import forwarded_headers, open_upstream, relay, response_headers
+
+log = logging.getLogger("paged_router")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_retries: int = 2
+    prefix_chunk_chars: int = 64
+    #: Chunks hashed per request at most (64 chars x 1024 = the first 64 KiB of the prompt).
+    prefix_max_chunks: int = 1024
+    session_header: str = "x-session-id"
+
+
+class Router:
+    """The route handlers; the pool and upstream session are attached when the app starts (its lifespan)."""
+
+    pool: ReplicaPool
+    session: aiohttp.ClientSession
+
+    def __init__(self, metrics: RouterMetrics, limits: Limits) -> None:
+        self.metrics = metrics
+        self.limits = limits
+
+    def attach(self, pool: ReplicaPool, session: aiohttp.ClientSession) -> None:
+        self.pool = pool
+        self.session = session
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.limits.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise RouterError(413, f"request body is over {limit} bytes", type="invalid_request_error",
+                              reason="bad_request")  # fmt: skip
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RouterError(413, f"request body is over {limit} bytes", type="invalid_request_error",
+                                  reason="bad_request")  # fmt: skip
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _route_request(self, body: bytes, request: Request) -> RouteRequest:
+        try:
+            parsed = msgspec.json.decode(body)
+        except msgspec.DecodeError as exc:
+            raise bad_request(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise bad_request("request body must be a JSON object")
+        model = parsed.get("model")
+        if not isinstance(model, str) or not model:
+            raise bad_request("model: a model name (string) is required", "model")
+        known = self.pool.models()
+        if known and model not in known:
+            raise RouterError(404, f"the model {model!r} does not exist; served: {', '.join(sorted(known))}",
+                              type="not_found_error", reason="unknown_model", param="model")  # fmt: skip
+        limits = self.limits
+        return RouteRequest(
+            model=model,
+            chunks=chunk_hashes(routing_text(parsed), limits.prefix_chunk_chars, limits.prefix_max_chunks),
+            chunk_chars=limits.prefix_chunk_chars,
+            session=request.headers.get(limits.session_header),
+        )
+
+    async def relay_post(self, request: Request) -> Response:
+        model = "unknown"
+        try:
+            body = await self._read_body(request)
+            route = self._route_request(body, request)
+            model = route.model
+            upstream = await _unless_client_leaves(request, open_upstream(
+                self.pool, self.session, self.metrics, route, request.url.path, body,
+                forwarded_headers(request.headers), self.limits.max_retries,
+            ))  # fmt: skip
+        except RouterError as exc:
+            self.metrics.rejected.labels(model, exc.reason).inc()
+            return exc.response()
+        except ClientGoneError:
+            self.metrics.rejected.labels(model, "client_gone").inc()
+            return Response(status_code=499)
+        self.metrics.prefix_queries.labels(model).inc(len(route.chunks))
+        self.metrics.prefix_hits.labels(model).inc(upstream.lease.decision.matched_chunks)
+        return StreamingResponse(
+            relay(upstream, self.pool, self.metrics),
+            status_code=upstream.response.status,
+            headers=response_headers(upstream.response.headers),
+        )
+
+    async def models(self, request: Request) -> Response:
+        """Every ready replica's ``/v1/models`` (with the client's credentials), merged by model id."""
+        headers = forwarded_headers(request.headers)
+        ready = [r.url for r in self.pool.replicas.values() if r.ready]
+        if not ready:
+            return error_response(503, "no replica is ready", "unavailable_error", retry_after=1)
+
+        async def fetch(url: str) -> tuple[int, bytes]:
+            try:
+                async with self.session.get(f"{url}/v1/models", headers=headers,
+                                            timeout=aiohttp.ClientTimeout(total=10)) as response:  # fmt: skip
+                    return response.status, await response.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                return 503, str(exc).encode()
+
+        answers = await asyncio.gather(*(fetch(url) for url in ready))
+        cards: dict[str, Any] = {}
+        for status, payload in answers:
+            if status == 200:
+                for card in msgspec.json.decode(payload).get("data", []):
+                    cards.setdefault(card["id"], card)
+        if not cards:
+            status, payload = answers[0]  # e.g. the engines' 401 for a wrong API key
+            if status == 503:
+                return error_response(503, f"no replica answered /v1/models: {payload.decode()[:200]}",
+                                      "unavailable_error", retry_after=1)  # fmt: skip
+            return Response(payload, status, media_type="application/json")
+        return JSONResponse({"object": "list", "data": list(cards.values())})
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def ready(self, request: Request) -> Response:
+        """Ready once started, with or without ready replicas: with none the router queues (and so holds)
+        requests until one is ready or the queue timeout passes."""
+        replicas = self.pool.replicas.values()
+        return JSONResponse(
+            {"ready": True, "replicas": len(replicas), "ready_replicas": sum(r.ready for r in replicas)}
+        )
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def replicas(self, request: Request) -> Response:
+        states = [asdict(r) | {"models": sorted(r.models)} for r in self.pool.replicas.values()]
+        queues = {model: len(queue) for model, queue in self.pool.queues.items()}
+        return JSONResponse({"policy": self.pool.policy.name, "replicas": states, "queued": queues})
+
+
+class ClientGoneError(Exception):
+    """The client disconnected before the response started."""
+
+
+async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, T]) -> T:
+    """``work``, cancelled if the client disconnects first: until a replica sends its status line (for a
+    non-streamed completion, when the whole answer is ready) nothing else notices a client leaving, and the
+    cancellation closes the upstream connection, so the engine aborts the request or a queued one leaves."""
+    task = asyncio.ensure_future(work)
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task not in done:
+        raise ClientGoneError
+    return task.result()
+
+
+def build_app(router: Router, lifespan: Any = None) -> Starlette:
+    routes = [
+        Route("/v1/completions", router.relay_post, methods=["POST"]),
+        Route("/v1/chat/completions", router.relay_post, methods=["POST"]),
+        Route("/v1/models", router.models, methods=["GET"]),
+        Route("/health", router.health, methods=["GET"]),
+        Route("/ready", router.ready, methods=["GET"]),
+        Route("/metrics", router.prometheus, methods=["GET"]),
+        Route("/router/replicas", router.replicas, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

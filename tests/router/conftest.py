@@ -1,0 +1,125 @@
+"""Processes for router tests: fake replicas (``fake_replica.py``) and ``paged-router`` itself, on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.server.conftest import free_port, tiny_gemma_dir
+
+__all__ = ["tiny_gemma_dir"]  # re-exported as a fixture for the tests against real engines
+FAKE = Path(__file__).with_name("fake_replica.py")
+FAKE_MODEL = "fake-model"
+
+
+@dataclass
+class Proc:
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def _spawn(command: list[str], port: int, log_dir: Path, ready_path: str, timeout: float = 60.0) -> Proc:
+    log_path = log_dir / f"proc-{port}.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ})
+    proc = Proc(process, port, log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"{command[:3]} exited with {process.returncode}:\n{proc.log()}")
+        try:
+            if httpx.get(f"{proc.url}{ready_path}", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.stop()
+    raise AssertionError(f"not ready within {timeout}s:\n{proc.log()}")
+
+
+def start_fake(log_dir: Path, name: str) -> Proc:
+    port = free_port()
+    return _spawn([sys.executable, str(FAKE), str(port), name], port, log_dir, "/ready")
+
+
+def start_router(log_dir: Path, endpoints: list[str], *extra: str) -> Proc:
+    port = free_port()
+    command = [sys.executable, "-m", "paged_platform.router", "--port", str(port), "--probe-interval", "0.2",
+               "--log-level", "info", *(a for url in endpoints for a in ("--endpoint", url)), *extra]  # fmt: skip
+    return _spawn(command, port, log_dir, "/health")
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[list[Proc]]:
+    """Every process a test starts, stopped at its end."""
+    started: list[Proc] = []
+    yield started
+    for proc in started:
+        proc.stop()
+
+
+@pytest.fixture
+def fakes(procs: list[Proc], tmp_path: Path) -> Callable[[int], list[Proc]]:
+    def make(n: int) -> list[Proc]:
+        new = [start_fake(tmp_path, chr(ord("a") + i)) for i in range(n)]
+        procs.extend(new)
+        return new
+
+    return make
+
+
+@pytest.fixture
+def router(procs: list[Proc], tmp_path: Path) -> Callable[..., Proc]:
+    def make(endpoints: list[str], *extra: str) -> Proc:
+        proc = start_router(tmp_path, endpoints, *extra)
+        procs.append(proc)
+        return proc
+
+    return make
+
+
+def control(replica: Proc, **settings: object) -> None:
+    httpx.post(f"{replica.url}/control", json=settings, timeout=5).raise_for_status()
+
+
+def seen(replica: Proc) -> dict:
+    return httpx.get(f"{replica.url}/control", timeout=5).json()
+
+
+def replica_states(router: Proc) -> dict[str, dict]:
+    return {r["url"]: r for r in httpx.get(f"{router.url}/router/replicas", timeout=5).json()["replicas"]}
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 15.0) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
