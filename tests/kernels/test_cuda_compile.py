@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,20 +20,8 @@ from torch.utils import cpp_extension
 ARCH = "90"
 
 
-def find_nvcc() -> Path | None:
-    candidates = [shutil.which("nvcc")]
-    if cpp_extension.CUDA_HOME:
-        candidates.append(str(Path(cpp_extension.CUDA_HOME, "bin", "nvcc")))
-    try:
-        import nvidia
-
-        candidates += [str(Path(p, "cu13", "bin", "nvcc")) for p in nvidia.__path__]
-    except ImportError:
-        pass
-    return next((Path(c) for c in candidates if c and Path(c).exists()), None)
-
-
-NVCC = find_nvcc()
+CUDA_HOME = _build.find_cuda_home()
+NVCC = None if CUDA_HOME is None else CUDA_HOME / "bin" / "nvcc"
 SOURCES = _build.cuda_sources()
 
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from paged_engine.cli import build_parser
+from paged_engine.cli import build_parser, engine_config
 from paged_operator import children
 from paged_operator.budget_tuner import Budgets
 from paged_platform.api import ModelDeployment
@@ -109,6 +109,8 @@ def test_engine_args_parse_with_the_engine_cli_after_expansion() -> None:
     assert (args.model, args.host, args.port) == ("default", "0.0.0.0", children.ENGINE_PORT)
     assert (args.max_num_seqs, args.max_num_batched_tokens) == (12, 512)
     assert (args.max_model_len, args.kv_cache_memory, args.block_size, args.seed) == (1024, 64 * 2**20, 32, 7)
+    config = engine_config(args)  # the flags make a valid engine configuration
+    assert (config.scheduler.max_num_seqs, config.kv_cache_memory, config.seed) == (12, 64 * 2**20, 7)
     assert args.served_model_name == "gemma-3-270m"
     refs = {e["name"]: e["valueFrom"] for e in container["env"]}
     assert refs["PAGED_ADMIN_TOKEN"] == {"secretKeyRef": {"name": "gemma-admin-token", "key": "token"}}
@@ -138,6 +140,10 @@ def test_resources_gpus_scheduling_and_rollout_follow_the_spec() -> None:
     assert pod["nodeSelector"] == {"pool": "gpu"}
     assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": "25%", "maxUnavailable": 1}
+    # A GPU replica runs the engine on the GPU, and fails loudly at start-up if none is visible.
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--device") + 1] == "cuda"
+    assert "--device" not in children.deployment(md(), UID)["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_model_volumes() -> None:

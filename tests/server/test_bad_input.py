@@ -98,3 +98,20 @@ def test_openai_client_sees_400_and_next_request_succeeds(client: openai.OpenAI)
 def test_admin_api_needs_the_admin_token(server: ServerProcess) -> None:
     assert httpx.get(f"{server.url}/admin/budgets").status_code == 401
     assert httpx.get(f"{server.url}/admin/budgets", headers=AUTH).status_code == 401  # the API key is not enough
+
+
+def test_a_body_over_the_size_limit_is_413_before_parsing(server: ServerProcess, client: openai.OpenAI) -> None:
+    limit = 32 << 20  # the default --max-request-body-bytes
+    url = f"{server.url}/v1/completions"
+    headers = {**AUTH, "content-type": "application/json"}
+    declared = httpx.post(url, content=b" " * (limit + 1), headers=headers, timeout=60)
+    error = _assert_envelope(declared, 413)
+    assert str(limit) in error["message"]
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(33):
+            yield b" " * (1 << 20)
+
+    _assert_envelope(httpx.post(url, content=chunks(), headers=headers, timeout=60), 413)
+    ok = client.completions.create(model=MODEL_NAME, prompt="hi", max_tokens=2)
+    assert ok.choices[0].finish_reason in ("stop", "length")

@@ -7,6 +7,7 @@ limits; and a request whose own work fails inside a step fails alone while the r
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -49,8 +50,8 @@ MODEL_LIMITS = [
     ("/v1/completions", {"prompt": "hi", "max_tokens": 1024}, "max_tokens"),
     ("/v1/chat/completions", {"messages": CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
     ("/v1/chat/completions", {"messages": CHAT, "max_completion_tokens": 5000}, "max_completion_tokens"),
-    ("/v1/completions", {"prompt": "hi", "seed": 2**64}, "seed"),
-    ("/v1/completions", {"prompt": "hi", "priority": 2**63}, "priority"),
+    ("/v1/completions", {"prompt": "hi", "seed": 2**53}, "seed"),
+    ("/v1/completions", {"prompt": "hi", "priority": -(2**63)}, "priority"),
 ]
 
 
@@ -177,3 +178,40 @@ def test_a_request_failing_inside_a_step_fails_alone(server: ServerProcess, seed
     assert_still_serving(server, core)
     metrics = wait_for(lambda: (m := scrape(server)) and m["paged_kv_cache_usage_ratio"] == 0.0 and m)
     assert metrics["paged_request_success_total{finished_reason=error}"] == before + 2
+
+
+def _core_input_address(core_pid: int) -> str:
+    """The ipc:// address the engine core's input socket is bound to (matched through the socket's inode)."""
+    inodes = {
+        os.readlink(f"/proc/{core_pid}/fd/{fd}").removeprefix("socket:[").removesuffix("]")
+        for fd in os.listdir(f"/proc/{core_pid}/fd")
+        if os.readlink(f"/proc/{core_pid}/fd/{fd}").startswith("socket:[")
+    }
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[6] in inodes and fields[7].endswith("/input"):
+            return f"ipc://{fields[7]}"
+    raise AssertionError(f"no ipc input socket among the core's sockets {sorted(inodes)}")
+
+
+def test_malformed_frames_reaching_the_core_are_dropped(server: ServerProcess) -> None:
+    import msgspec
+    import zmq
+
+    core = server.core_pid()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.connect(_core_input_address(core))
+    try:
+        for frame in (
+            b"\x00not msgpack at all",
+            msgspec.msgpack.encode(["add", "x", "not a token list"]),  # the right tag, the wrong shape
+            msgspec.msgpack.encode(["add", "y", [1, 2], {"n": -5}, 0.0]),  # sampling params that don't validate
+            b"\xc1" * (8 << 20),  # 8 MiB of an invalid msgpack byte
+        ):
+            sock.send(frame)
+    finally:
+        sock.close(linger=5000)
+        ctx.term()
+    wait_for(lambda: server.log().count("dropping a malformed message") >= 4, timeout=60)
+    assert_still_serving(server, core)

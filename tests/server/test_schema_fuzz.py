@@ -2,6 +2,9 @@
 every refusal is an OpenAI error envelope naming the problem, and what the schema calls valid is mostly accepted
 (the schema states the server's limits, the model's included).
 
+One rule no schema can state is left out of the count: the model's chat template refusing a conversation
+(Gemma's insists that user and assistant turns alternate), which is a 400 naming ``messages``.
+
 Bounded for CI: a fixed number of examples per operation, and each generated completion capped to a few tokens
 and choices (smaller values than the generated ones, so every case stays valid by the schema).
 """
@@ -25,15 +28,16 @@ OPERATIONS = ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokeni
 EXAMPLES = 60
 
 
-def bounded(body: dict) -> dict:
+def bounded(path: str, body: dict) -> dict:
     """At most 4 choices of 8 tokens each, so a case runs in milliseconds on the tiny model."""
     if isinstance(body, dict):
         for key in ("max_tokens", "max_completion_tokens"):
             if isinstance(body.get(key), int | float):
                 body[key] = min(body[key], 8)
-        for key in ("n", "best_of"):
-            if isinstance(body.get(key), int | float):
-                body[key] = min(body[key], 4)
+        if path == "/v1/completions" and body.get("max_tokens") is None:
+            body["max_tokens"] = 8  # None would mean up to the whole context
+        if isinstance(body.get("n"), int | float):
+            body["n"] = min(body["n"], 4)
         if isinstance(body.get("min_tokens"), int | float):
             body["min_tokens"] = min(body["min_tokens"], 8)
     return body
@@ -48,7 +52,7 @@ def test_schema_valid_requests_are_served_or_refused_cleanly(server: ServerProce
     @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(case=schema[path]["POST"].as_strategy(generation_mode=GenerationMode.POSITIVE))
     def send(case) -> None:  # type: ignore[no-untyped-def]
-        body = bounded(case.body)
+        body = bounded(path, case.body)
         response = httpx.post(f"{server.url}{path}", json=body, headers=AUTH, timeout=60)
         statuses[response.status_code] += 1
         assert response.status_code < 500, (body, response.text)
@@ -58,6 +62,9 @@ def test_schema_valid_requests_are_served_or_refused_cleanly(server: ServerProce
             refusals.append((body, error))
 
     send()
+    template_refusals = sum(1 for _, e in refusals if e["param"] == "messages" and "chat template" in e["message"])
     accepted = sum(n for status, n in statuses.items() if status < 300)
-    assert accepted >= 0.9 * sum(statuses.values()), (statuses, refusals[:5])
+    counted = sum(statuses.values()) - template_refusals
+    other = [(e["param"], e["message"]) for _, e in refusals if "chat template" not in e["message"]]
+    assert accepted >= 0.9 * counted, (statuses, template_refusals, other)
     assert httpx.get(f"{server.url}/health").status_code == 200

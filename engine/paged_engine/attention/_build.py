@@ -64,13 +64,26 @@ def cuda_sources() -> list[Path]:
     return sorted((CSRC / "cuda").glob("*.cu"))
 
 
+def find_cuda_home() -> Path | None:
+    """A CUDA toolkit with nvcc: the one torch finds (``CUDA_HOME``, nvcc on PATH, /usr/local/cuda), else the
+    ``nvidia-cuda-nvcc`` wheel's (``site-packages/nvidia/cu13``, with the runtime headers beside it)."""
+    from torch.utils import cpp_extension
+
+    if cpp_extension.CUDA_HOME is not None and Path(cpp_extension.CUDA_HOME, "bin", "nvcc").exists():
+        return Path(cpp_extension.CUDA_HOME)
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in nvidia.__path__:
+        for nvcc in sorted(Path(root).glob("cu*/bin/nvcc")):
+            return nvcc.parent.parent
+    return None
+
+
 def wants_cuda() -> bool:
     """Build the CUDA kernels only where torch has CUDA, a device is visible and nvcc can be found."""
-    if not (torch.version.cuda and torch.cuda.is_available()):
-        return False
-    from torch.utils.cpp_extension import CUDA_HOME
-
-    return CUDA_HOME is not None and Path(CUDA_HOME, "bin", "nvcc").exists()
+    return bool(torch.version.cuda and torch.cuda.is_available()) and find_cuda_home() is not None
 
 
 def _source_hash(flags: list[str]) -> str:
@@ -95,8 +108,11 @@ def _jit_build(with_cuda: bool) -> Path:
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     if shutil.which("ninja") is None:
         raise KernelBuildError("ninja is not installed (pip install ninja)")
-    from torch.utils.cpp_extension import load
+    from torch.utils import cpp_extension
 
+    if with_cuda:  # torch's JIT compiles .cu files with $CUDA_HOME/bin/nvcc: point it at the toolkit we found
+        home = str(find_cuda_home())
+        cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"] = home
     cflags = cpu_flags()
     cuda_flags = ["-O3", "--use_fast_math", *cuda_arch_flags()] if with_cuda else []  # torch adds its -std
     name = "paged_C_cuda" if with_cuda else "paged_C"
@@ -105,7 +121,7 @@ def _jit_build(with_cuda: bool) -> Path:
     sources = [str(p) for p in cpu_sources() + (cuda_sources() if with_cuda else [])]
     log.info("building the %s kernels in %s (first use only)", "CPU+CUDA" if with_cuda else "CPU", build_dir)
     try:
-        load(
+        cpp_extension.load(
             name=name,
             sources=sources,
             extra_cflags=cflags,

@@ -26,8 +26,6 @@ __all__ = [
     "Extension",
     "KernelBuildError",
     "argmax_rows",
-    "auto_backend_name",
-    "choose_backend",
     "copy_blocks",
     "gated_activation",
     "load",
@@ -52,28 +50,6 @@ def load() -> Extension:
 def loaded() -> bool:
     """Whether ``load()`` has succeeded in this process; never builds."""
     return load.cache_info().currsize > 0
-
-
-def choose_backend(gpu_available: bool, kernels: Extension | None) -> str:
-    """The auto policy: our CUDA kernels on a GPU, else the CPU kernels, else the torch reference."""
-    if kernels is None:
-        return "reference"
-    return "cuda" if gpu_available and kernels.with_cuda else "cpu"
-
-
-def auto_backend_name() -> str:
-    """Resolve ``--attention-backend auto`` on this machine, logging the choice and, on fallback, why."""
-    try:
-        kernels = load()
-    except KernelBuildError as exc:
-        log.warning("paged kernels unavailable, using the torch reference attention backend: %s", exc)
-        kernels = None
-    gpu = torch.cuda.is_available()
-    if gpu and kernels is not None and not kernels.with_cuda:
-        log.warning("a GPU is visible but the kernels were built without CUDA (no nvcc?): CUDA tensors will fail")
-    name = choose_backend(gpu, kernels)
-    log.info("attention backend auto -> %s", name)
-    return name
 
 
 def _register_fakes() -> None:

@@ -1,7 +1,8 @@
 """Attention backends by name, so a deployment picks one with a string (``--attention-backend cpu``).
 
 Backends register a factory rather than an instance: a C++ or CUDA backend may fail to import on a machine
-without its toolchain, and that must only matter when it is actually selected.
+without its toolchain, and that must only matter when it is actually selected. Which one serves a model (and
+what ``auto`` means) is decided by ``selection.py``.
 """
 
 from __future__ import annotations
@@ -56,12 +57,5 @@ def _cuda() -> AttentionBackend:
     return CudaKernelBackend()
 
 
-def _auto() -> AttentionBackend:
-    from paged_engine.attention.ops import auto_backend_name
-
-    return get_backend(auto_backend_name())
-
-
 register_backend("cpu", _cpu)
 register_backend("cuda", _cuda)
-register_backend("auto", _auto)

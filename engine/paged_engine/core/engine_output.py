@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from .outputs import Logprobs
 from .request import FinishReason
 
 
-@dataclass(slots=True)
-class EngineCoreOutput:
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     """New tokens of one request in one step, and how it ended if it did.
 
-    For parallel sampling (``n > 1``) the outputs come from the children: ``req_id`` is
-    ``f"{parent_req_id}-{index}"`` and ``parent_req_id``/``index`` let the front-end regroup them.
+    The one type for it: the scheduler builds it, ``LLM`` reads it in-process, and the engine-core process sends
+    it to the API server as it is (msgpack). For parallel sampling (``n > 1``) the outputs come from the children:
+    ``req_id`` is ``child_request_id(parent_req_id, index)``.
     """
 
     req_id: str
@@ -21,11 +21,13 @@ class EngineCoreOutput:
     finish_reason: FinishReason | None = None
     stop_token_id: int | None = None  # the stop token (EOS or one of stop_token_ids) that ended the request
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
-    logprobs: list[Logprobs] = field(default_factory=list)
-    prompt_logprobs: list[Logprobs | None] = field(default_factory=list)
+    logprobs: list[Logprobs] = msgspec.field(default_factory=list)
+    prompt_logprobs: list[Logprobs | None] = msgspec.field(default_factory=list)
     parent_req_id: str | None = None
     index: int = 0
-    error: str | None = None  # with finish_reason ERROR: what failed
+    # A refusal on admission (finish_reason ABORT) or a failure in the request's own work in a step (ERROR).
+    error: str | None = None
+    first_scheduled_time: float | None = None  # set by the engine-core loop when the request first left waiting
 
     @property
     def finished(self) -> bool:

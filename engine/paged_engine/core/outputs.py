@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
+
 from paged_engine.sampling_params import SamplingParams
 
 BlockIds = tuple[list[int], ...]
@@ -48,9 +50,9 @@ class SchedulerOutput:
     preempted_req_ids: set[str] = field(default_factory=set)
 
 
-@dataclass
-class Logprobs:
-    """Top-N logprobs for one position: ``token_ids[0]`` is the sampled (or prompt) token."""
+class Logprobs(msgspec.Struct, array_like=True):
+    """Top-N logprobs for one position: ``token_ids[0]`` is the sampled (or prompt) token. A msgspec struct: it
+    crosses the process boundary as it is."""
 
     token_ids: list[int]
     logprobs: list[float]

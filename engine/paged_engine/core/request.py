@@ -61,6 +61,11 @@ _STATUS_TO_REASON = {
 }
 
 
+def child_request_id(parent_request_id: str, index: int) -> str:
+    """The id of sample ``index`` of a parallel-sampling request: the one rule every part of the engine uses."""
+    return f"{parent_request_id}-{index}"
+
+
 class Request:
     """A request's mutable scheduling state.
 
@@ -180,7 +185,7 @@ class Request:
         seed = None if params.seed is None else params.seed + index
         child_params = dataclasses.replace(params, n=1, seed=seed)
         child = Request(
-            f"{self.request_id}-{index}",
+            child_request_id(self.request_id, index),
             self.prompt_token_ids,
             child_params,
             eos_token_id=self.eos_token_id,

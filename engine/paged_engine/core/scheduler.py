@@ -25,9 +25,9 @@ from .engine_output import EngineCoreOutput
 from .kv_cache_manager import ComputedBlocks, KVCacheManager, SlotAllocation
 from .kv_cache_spec import KVCacheConfig
 from .outputs import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
-from .request import Request, RequestStatus
+from .request import Request, RequestStatus, child_request_id
 from .request_queue import make_queue
-from .scheduler_config import SchedulerConfig
+from .scheduler_config import SchedulerConfig, SchedulerConfigError
 from .stats import SchedulerStats
 from .stop_conditions import check_stop
 
@@ -48,6 +48,8 @@ class StepResult(NamedTuple):
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
         config.validate()
+        if config.max_model_len is None:
+            raise SchedulerConfigError("max_model_len", "the scheduler needs max_model_len resolved (the model's)")
         self.config = config
         self.kv = KVCacheManager(kv_cache_config, config.enable_prefix_caching, config.hash_algorithm)
         self.requests: dict[str, Request] = {}
@@ -121,7 +123,7 @@ class Scheduler:
 
     @staticmethod
     def _child_ids(request: Request) -> list[str]:
-        return [f"{request.request_id}-{i}" for i in range(request.sampling_params.n)]
+        return [child_request_id(request.request_id, i) for i in range(request.sampling_params.n)]
 
     def _id_taken(self, request_id: str) -> bool:
         return request_id in self.requests or request_id in self._reserved_ids or request_id in self._children

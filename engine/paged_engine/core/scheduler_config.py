@@ -1,8 +1,13 @@
-"""Scheduler budgets and policies, validated once here for start-up and for live changes (admin API)."""
+"""Scheduler budgets and policies, validated once here for start-up and for live changes (admin API).
+
+These are the scheduler's part of the one engine configuration (``EngineConfig.scheduler``): the defaults
+here are the defaults of ``paged-engine serve`` and of ``LLM(...)`` alike, and each field's ``help`` is its
+command-line help.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAX_NUM_SEQS_LIMIT = 65_536
 MAX_NUM_BATCHED_TOKENS_LIMIT = 1 << 20
@@ -17,15 +22,28 @@ class SchedulerConfigError(ValueError):
         self.param = param
 
 
+HASH_ALGORITHMS = ("sha256", "builtin")
+
+
+def _setting(default: object, help: str, **extra: object) -> object:
+    return field(default=default, metadata={"help": help, **extra})
+
+
 @dataclass
 class SchedulerConfig:
-    max_num_batched_tokens: int = 2048  # tokens computed per step, all requests together
-    max_num_seqs: int = 256  # requests running at once
-    max_model_len: int = 8192  # prompt plus output tokens of one request
-    long_prefill_token_threshold: int = 0  # cap on one request's prefill chunk per step; 0: no cap
-    policy: str = "fcfs"  # "fcfs", or "priority" (lower Request.priority first, then earlier arrival)
-    enable_prefix_caching: bool = True
-    hash_algorithm: str = "sha256"  # block hashes: "sha256" (stable) or "builtin" (faster, per process)
+    max_num_batched_tokens: int = _setting(2048, "scheduler budget: tokens computed per step, all requests together")
+    max_num_seqs: int = _setting(128, "scheduler budget: requests running at once")
+    max_model_len: int | None = _setting(None, "context length: prompt plus output tokens (default: the model's)")
+    long_prefill_token_threshold: int = _setting(0, "cap on one request's prefill chunk per step (0: no cap)")
+    policy: str = _setting(
+        "fcfs", "priority: requests with a lower 'priority' are served (and kept) first", choices=POLICIES,
+        flag="scheduling-policy",
+    )  # fmt: skip
+    enable_prefix_caching: bool = _setting(True, "reuse the KV blocks of shared prompt prefixes")
+    hash_algorithm: str = _setting(
+        "sha256", "prefix-cache block hash: sha256 (stable across processes) or builtin (faster)",
+        choices=HASH_ALGORITHMS, flag="prefix-cache-hash",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         self.validate()
@@ -33,10 +51,15 @@ class SchedulerConfig:
     def validate(self) -> None:
         check_range("max_num_batched_tokens", self.max_num_batched_tokens, 1, MAX_NUM_BATCHED_TOKENS_LIMIT)
         check_range("max_num_seqs", self.max_num_seqs, 1, MAX_NUM_SEQS_LIMIT)
-        check_range("max_model_len", self.max_model_len, 1, MAX_NUM_BATCHED_TOKENS_LIMIT * 16)
+        if self.max_model_len is not None:
+            check_range("max_model_len", self.max_model_len, 1, MAX_NUM_BATCHED_TOKENS_LIMIT * 16)
         check_range("long_prefill_token_threshold", self.long_prefill_token_threshold, 0, MAX_NUM_BATCHED_TOKENS_LIMIT)
         if self.policy not in POLICIES:
             raise SchedulerConfigError("policy", f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.hash_algorithm not in HASH_ALGORITHMS:
+            raise SchedulerConfigError(
+                "hash_algorithm", f"hash_algorithm must be one of {HASH_ALGORITHMS}, got {self.hash_algorithm!r}"
+            )
 
 
 def check_range(param: str, value: int, low: int, high: int) -> None:

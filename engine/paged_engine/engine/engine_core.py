@@ -1,7 +1,11 @@
 """The engine core: the pure step loop ``schedule() -> execute_model() -> update_from_output()``.
 
 It owns the scheduler and the model runner and nothing else (no tokenizer, no text), so the offline ``LLM``
-calls it in-process and the server runs it in its own process behind a queue.
+calls it in-process and the server runs it in its own process (``core_proc.py``) behind ZMQ. Built from the
+one ``EngineConfig``: device and dtype resolved, the attention backend chosen for what the kernels cover.
+
+Live budgets: the model runner's persistent batch is sized once, at start-up, for ``max_num_seqs_limit`` rows;
+the live ``max_num_seqs`` budget (admin API, the operator's budget tuner) then moves anywhere up to that limit.
 """
 
 from __future__ import annotations
@@ -11,12 +15,16 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from paged_engine.attention import get_backend
-from paged_engine.core import EngineCoreOutput, Request, Scheduler, SchedulerConfig, SchedulerStats
+from paged_engine.attention import get_backend, ops
+from paged_engine.attention.selection import AttentionShape, KernelBuild, Selection, select
+from paged_engine.core import EngineCoreOutput, Request, RequestStatus, Scheduler, SchedulerStats
+from paged_engine.core.scheduler_config import check_range
 from paged_engine.engine.config import EngineConfig
+from paged_engine.loader.default_model import resolve_model
 from paged_engine.loader.hf import load_hf_model
 from paged_engine.models.cpu_gemm import resolve_gemm_backend
 from paged_engine.request_limits import RequestLimits
@@ -26,6 +34,43 @@ from paged_engine.worker.kv_cache import plan_kv_cache
 from paged_engine.worker.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
+MAX_NUM_SEQS_LIMIT_FLOOR = 256
+MAX_NUM_BATCHED_TOKENS_LIMIT_FLOOR = 32768
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_model_folder(config: EngineConfig) -> Path:
+    """The model's Hugging Face folder (the default model and GGUF files are converted into a cache once)."""
+    from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder
+
+    return Path(resolve_model(config.model, write_tokenizer=write_gguf_tokenizer_folder))
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto``: the first GPU when one is visible, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {device!r} was asked for, but no GPU is visible to torch (CUDA {torch.version.cuda})"
+        )
+    return resolved
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto``: bfloat16 on a GPU, float32 on a CPU (fastest on CPUs without native bf16, token-exact)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[dtype]
+
+
+def kernel_build() -> KernelBuild:
+    try:
+        ext = ops.load()
+    except ops.KernelBuildError as exc:
+        return KernelBuild(False, why_unavailable=str(exc))
+    return KernelBuild(True, with_cuda=ext.with_cuda)
 
 
 def eos_token_ids(folder: Path, config: object) -> list[int]:
@@ -42,28 +87,34 @@ def eos_token_ids(folder: Path, config: object) -> list[int]:
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig, model_folder: Path) -> None:
+    def __init__(self, config: EngineConfig, model_folder: Path | None = None) -> None:
+        self.config = config
+        self.model_folder = model_folder if model_folder is not None else resolve_model_folder(config)
+        torch.manual_seed(config.seed)
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
-        if torch.device(config.device).type == "cpu":
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        if self.device.type == "cpu":
             keep_freed_memory()
-        self.config = config
-        model, hf_config = load_hf_model(model_folder, dtype=config.torch_dtype, device=config.device)
-        self.gemm_backend = resolve_gemm_backend(config.gemm_backend, torch.device(config.device), config.torch_dtype)
+        model, hf_config = load_hf_model(self.model_folder, dtype=self.dtype, device=self.device)
+        self.gemm_backend = resolve_gemm_backend(config.gemm_backend, self.device, self.dtype)
         if self.gemm_backend == "packed":
             model.pack_weights_for_cpu()
-        logger.info("GEMM backend: %s", self.gemm_backend)
+        logger.info("device %s, dtype %s, GEMM backend %s", self.device, str(self.dtype).removeprefix("torch."),
+                    self.gemm_backend)  # fmt: skip
         self.model = model
-        self.eos_token_ids = eos_token_ids(model_folder, hf_config)
-        self.max_model_len = config.max_model_len or model.spec.max_position_embeddings
+        self.eos_token_ids = eos_token_ids(self.model_folder, hf_config)
+        scheduler_config = config.scheduler
+        self.max_model_len = scheduler_config.max_model_len or model.spec.max_position_embeddings
         plan = plan_kv_cache(
             model,
             config.block_size,
-            config.torch_dtype,
+            self.dtype,
             self.max_model_len,
             kv_cache_memory=config.kv_cache_memory,
             num_blocks=config.num_kv_blocks,
-            device=config.device,
+            device=self.device,
         )
         logger.info(
             "KV cache: %d blocks of %d tokens, %d groups of %d layers, %.1f MiB",
@@ -74,30 +125,38 @@ class EngineCore:
             plan.total_bytes / 2**20,
         )
         self.kv_cache_plan = plan
-        self.scheduler = Scheduler(
-            SchedulerConfig(
-                max_num_batched_tokens=config.max_num_batched_tokens,
-                max_num_seqs=config.max_num_seqs,
-                max_model_len=self.max_model_len,
-                long_prefill_token_threshold=config.long_prefill_token_threshold,
-                enable_prefix_caching=config.enable_prefix_caching,
-                policy=config.scheduling_policy,
-            ),
-            plan.config,
+        self.max_num_seqs_limit = max(MAX_NUM_SEQS_LIMIT_FLOOR, scheduler_config.max_num_seqs)
+        self.max_num_batched_tokens_limit = max(
+            MAX_NUM_BATCHED_TOKENS_LIMIT_FLOOR, scheduler_config.max_num_batched_tokens
         )
+        self.scheduler = Scheduler(dataclasses.replace(scheduler_config, max_model_len=self.max_model_len), plan.config)
+        self.attention = self._select_attention(model.spec.head_dim)
         self.runner = ModelRunner(
             model,
             plan,
-            get_backend(config.attention_backend),
-            max_num_reqs=config.max_num_seqs,
+            get_backend(self.attention.backend),
+            max_num_reqs=self.max_num_seqs_limit,
             max_model_len=self.max_model_len,
             eos_token_ids=self.eos_token_ids,
-            dtype=config.torch_dtype,
-            device=config.device,
+            dtype=self.dtype,
+            device=self.device,
         )
         self.limits = RequestLimits(model.spec.vocab_size, self.max_model_len, config.max_logprobs)
         self.last_stats: SchedulerStats | None = None
         self.num_preemptions = 0
+
+    def _select_attention(self, head_size: int) -> Selection:
+        dtype = str(self.dtype).removeprefix("torch.")
+        shape = AttentionShape(self.device.type, dtype, head_size, self.config.block_size)
+        kernels = kernel_build() if self.config.attention_backend != "reference" else KernelBuild(False)
+        selection = select(self.config.attention_backend, shape, kernels)
+        if selection.reason is not None:
+            logger.warning("attention backend %s -> reference: %s", self.config.attention_backend, selection.reason)
+        else:
+            logger.info("attention backend %s -> %s", self.config.attention_backend, selection.backend)
+        return selection
+
+    # ---- requests ----
 
     def add_request(self, request: Request) -> None:
         """Queue ``request``; invalid ones raise (``RequestValidationError``) and change nothing. The front-ends
@@ -130,6 +189,11 @@ class EngineCore:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
 
+    def is_started(self, request_id: str) -> bool:
+        """Whether the scheduler has taken ``request_id`` out of the waiting queue (or is done with it)."""
+        request: Request | None = self.scheduler.get_request(request_id)
+        return request is None or request.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
     def step(self) -> list[EngineCoreOutput]:
         """One scheduler step and one forward pass; returns what changed per request."""
         scheduler_output = self.scheduler.schedule()
@@ -138,3 +202,48 @@ class EngineCore:
         self.last_stats = result.stats
         self.num_preemptions += result.stats.num_preemptions
         return result.outputs
+
+    # ---- state for the server and the admin API ----
+
+    def info(self) -> dict[str, Any]:
+        plan = self.kv_cache_plan
+        config = self.scheduler.config
+        return {
+            "model": self.config.model or "default", "model_path": str(self.model_folder),
+            "max_model_len": self.max_model_len, "num_blocks": plan.config.num_blocks,
+            "block_size": plan.config.block_size, "device": str(self.device),
+            "attention_backend": self.runner.backend.name, "attention_fallback": self.attention.reason or "",
+            "gemm_backend": self.gemm_backend, "dtype": str(self.dtype), "vocab_size": self.limits.vocab_size,
+            "max_logprobs": self.limits.max_logprobs, "max_num_seqs": config.max_num_seqs,
+            "max_num_batched_tokens": config.max_num_batched_tokens,
+        }  # fmt: skip
+
+    def current_stats(self) -> SchedulerStats:
+        """Gauges as they are now, between steps (after aborts), with no counter increments."""
+        s = self.scheduler
+        return SchedulerStats(
+            num_running=s.num_running, num_waiting=s.num_waiting, kv_cache_usage=s.kv.usage, num_preemptions=0,
+            prefix_cache_queries=0, prefix_cache_hits=0, num_scheduled_tokens=0, num_prompt_tokens=0,
+            num_generation_tokens=0, max_num_seqs=s.config.max_num_seqs,
+            max_num_batched_tokens=s.config.max_num_batched_tokens,
+        )  # fmt: skip
+
+    def budgets(self) -> dict[str, Any]:
+        config = self.scheduler.config
+        return {
+            "max_num_seqs": config.max_num_seqs,
+            "max_num_batched_tokens": config.max_num_batched_tokens,
+            "limits": {
+                "max_num_seqs": [1, self.max_num_seqs_limit],
+                "max_num_batched_tokens": [1, self.max_num_batched_tokens_limit],
+            },
+        }
+
+    def set_budgets(self, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None) -> None:
+        """Validates against this engine's limits (the scheduler then checks its own) and applies both or none."""
+        if max_num_seqs is not None:
+            check_range("max_num_seqs", max_num_seqs, 1, self.max_num_seqs_limit)
+        if max_num_batched_tokens is not None:
+            check_range("max_num_batched_tokens", max_num_batched_tokens, 1, self.max_num_batched_tokens_limit)
+        self.scheduler.update_budgets(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+        logger.info("budgets now: %s", self.budgets())

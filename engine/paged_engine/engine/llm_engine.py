@@ -1,56 +1,61 @@
-"""The front-end over :class:`EngineCore`: tokenisation, request validation, ``n > 1`` regrouping, incremental
-detokenisation with stop strings, and assembling :class:`RequestOutput`.
+"""The in-process front-end over :class:`EngineCore`: tokenisation, request validation, and the shared output
+processor (detokenisation, stop strings, ``n > 1`` regrouping) assembling :class:`RequestOutput`.
 
-Parallel samples come back from the core as children ``"<id>-<i>"`` with ``parent_req_id``/``index``; they are
-folded back into one ``RequestOutput`` with ``n`` completions. A stop string is found by the detokenizer on
-this side, so the request is then aborted in the core and reported with ``finish_reason="stop"``.
+A stop string is found by the output processor on this side, so the request is then aborted in the core and
+reported with ``finish_reason="stop"``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
-from paged_engine.core import EngineCoreOutput, RequestValidationError
+from paged_engine.core import RequestValidationError
 from paged_engine.engine.config import EngineConfig
-from paged_engine.engine.engine_core import EngineCore
+from paged_engine.engine.engine_core import EngineCore, resolve_model_folder
 from paged_engine.engine.outputs import CompletionOutput, RequestOutput
-from paged_engine.loader.default_model import resolve_model
+from paged_engine.output_processor import ChoiceState, OutputRouter
 from paged_engine.sampling_params import SamplingParams
-
-if TYPE_CHECKING:
-    from paged_engine.tokenizer.detokenizer import IncrementalDetokenizer
-
-
-@dataclass
-class _Sample:
-    output: CompletionOutput
-    detokenizer: IncrementalDetokenizer
-    core_id: str
 
 
 @dataclass
 class _RequestState:
-    output: RequestOutput
-    params: SamplingParams
-    samples: dict[str, _Sample]  # core request id -> sample
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    wants_logprobs: bool
+    choices: list[ChoiceState] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return all(c.finished for c in self.choices)
+
+    def output(self) -> RequestOutput:
+        completions = [
+            CompletionOutput(
+                index=c.index, text=c.text, token_ids=list(c.token_ids), finish_reason=c.finish_reason,
+                stop_reason=c.stop_reason, logprobs=list(c.logprobs) if self.wants_logprobs else None,
+                error=c.error,
+            )
+            for c in self.choices
+        ]  # fmt: skip
+        first = self.choices[0]
+        return RequestOutput(
+            self.request_id, self.prompt, self.prompt_token_ids, completions, prompt_logprobs=first.prompt_logprobs,
+            num_cached_tokens=max(c.num_cached_tokens for c in self.choices),
+        )  # fmt: skip
 
 
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         from paged_engine.tokenizer import load_tokenizer
-        from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder
 
         self.config = config
-        folder = resolve_model(config.model, write_tokenizer=write_gguf_tokenizer_folder)
-        self.model_folder = Path(folder)
-        self.tokenizer = load_tokenizer(folder)
+        self.model_folder = resolve_model_folder(config)
+        self.tokenizer = load_tokenizer(self.model_folder)
         self.core = EngineCore(config, self.model_folder)
         self._requests: dict[str, _RequestState] = {}
-        self._core_to_request: dict[str, str] = {}
+        self._router: OutputRouter[tuple[_RequestState, ChoiceState]] = OutputRouter()
 
     @property
     def max_model_len(self) -> int:
@@ -65,80 +70,47 @@ class LLMEngine:
         text = prompt if isinstance(prompt, str) else None
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
         self.core.add_request(self.core.make_request(request_id, token_ids, params))
-        child_ids = [request_id] if params.n == 1 else [f"{request_id}-{i}" for i in range(params.n)]
-        samples = {
-            core_id: _Sample(CompletionOutput(index=i), self._detokenizer(token_ids, params), core_id)
-            for i, core_id in enumerate(child_ids)
-        }
-        output = RequestOutput(request_id, text, token_ids, [s.output for s in samples.values()])
-        if params.prompt_logprobs is not None:
-            output.prompt_logprobs = []
-        self._requests[request_id] = _RequestState(output, params, samples)
-        for core_id in child_ids:
-            self._core_to_request[core_id] = request_id
+        state = _RequestState(request_id, text, token_ids, wants_logprobs=params.logprobs is not None)
 
-    def _detokenizer(self, prompt_token_ids: list[int], params: SamplingParams) -> IncrementalDetokenizer:
-        from paged_engine.tokenizer.detokenizer import IncrementalDetokenizer
+        def choice(stream_id: str, index: int) -> tuple[_RequestState, ChoiceState]:
+            made = ChoiceState.create(self.tokenizer, index, stream_id, token_ids, params)
+            if params.prompt_logprobs is not None:
+                made.prompt_logprobs = []
+            state.choices.append(made)
+            return state, made
 
-        return IncrementalDetokenizer.from_params(self.tokenizer, prompt_token_ids, params)
+        self._router.add(request_id, params.n, choice)
+        self._requests[request_id] = state
 
     def abort_request(self, request_id: str) -> None:
-        state = self._requests.get(request_id)
+        state = self._requests.pop(request_id, None)
         if state is None:
             return
         self.core.abort_requests([request_id])
-        for sample in state.samples.values():
-            if not sample.output.finished:
-                sample.output.finish_reason = "abort"
-            self._core_to_request.pop(sample.core_id, None)
-        del self._requests[request_id]
+        for choice in state.choices:
+            self._router.remove(choice.request_id)
+            if not choice.finished:
+                choice.finish_reason = "abort"
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._requests)
 
     def step(self) -> list[RequestOutput]:
         """Run one engine step; returns the requests that finished in it."""
-        touched: set[str] = set()
+        touched: dict[str, _RequestState] = {}
+        stopped: list[str] = []
         for out in self.core.step():
-            request_id = self._core_to_request.get(out.req_id)
-            if request_id is not None:
-                self._apply(self._requests[request_id], out)
-                touched.add(request_id)
-            elif out.req_id in self._requests:  # a fork parent failed before forking: every sample ends with it
-                state = self._requests[out.req_id]
-                for core_id in state.samples:
-                    self._apply(state, dataclasses.replace(out, req_id=core_id))
-                touched.add(out.req_id)
+            for stream_id, (state, choice) in self._router.route(out):
+                update = choice.apply(out)
+                if update.stopped_here:
+                    stopped.append(stream_id)
+                    self._router.remove(stream_id)
+                touched[state.request_id] = state
+        if stopped:
+            self.core.abort_requests(stopped)
         finished = []
-        for request_id in touched:
-            state = self._requests[request_id]
-            if state.output.finished:
-                finished.append(state.output)
+        for request_id, state in touched.items():
+            if state.finished:
+                finished.append(state.output())
                 del self._requests[request_id]
-                for core_id in state.samples:
-                    self._core_to_request.pop(core_id, None)
         return finished
-
-    def _apply(self, state: _RequestState, out: EngineCoreOutput) -> None:
-        sample = state.samples[out.req_id]
-        completion = sample.output
-        if out.prompt_logprobs and state.output.prompt_logprobs is not None and completion.index == 0:
-            state.output.prompt_logprobs.extend(out.prompt_logprobs)
-        state.output.num_cached_tokens = max(state.output.num_cached_tokens, out.num_cached_tokens)
-        if completion.finished:
-            return
-        completion.token_ids.extend(out.new_token_ids)
-        if state.params.logprobs is not None:
-            completion.logprobs = (completion.logprobs or []) + list(out.logprobs)
-        detok = sample.detokenizer
-        detok.update(out.new_token_ids)
-        if detok.stop is not None:
-            if not out.finished:
-                self.core.abort_requests([out.req_id])
-            completion.finish_reason, completion.stop_reason = "stop", detok.stop
-        elif out.finished:
-            detok.flush()
-            completion.finish_reason = str(out.finish_reason)
-            completion.stop_reason = out.stop_token_id
-            completion.error = out.error
-        completion.text = detok.output_text

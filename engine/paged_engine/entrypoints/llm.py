@@ -41,10 +41,11 @@ def _normalise(prompts: PromptType | Sequence[PromptType]) -> list[str | list[in
 
 
 class LLM:
-    """Offline batched generation. Keyword arguments are :class:`EngineConfig` fields."""
+    """Offline batched generation. Keyword arguments are :class:`EngineConfig` fields, flat (the scheduler's
+    ``max_num_seqs`` etc. included); unset ones take the same defaults as ``paged-engine serve``."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
-        self.config = EngineConfig(model=model, **kwargs)
+        self.config = EngineConfig.from_kwargs(model=model, **kwargs)
         self.engine = LLMEngine(self.config)
         self._ids = itertools.count()
 

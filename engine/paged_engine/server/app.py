@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, FastAPI, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
+from paged_engine.server.body_limit import BodySizeLimit
 from paged_engine.server.engine_client import ControlError, EngineClient, EngineDeadError
 from paged_engine.server.errors import APIError, bad_request, install_error_handlers
 from paged_engine.server.metrics import EngineMetrics
@@ -69,9 +70,13 @@ class ServerState:
         return self.serving
 
 
-def build_app(state: ServerState, lifespan: Any = None) -> FastAPI:
+DEFAULT_MAX_BODY_BYTES = 32 << 20
+
+
+def build_app(state: ServerState, lifespan: Any = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     app = FastAPI(title="paged-engine", version="0.1.0", docs_url="/docs", redoc_url=None, lifespan=lifespan)
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -149,7 +154,7 @@ def build_app(state: ServerState, lifespan: Any = None) -> FastAPI:
         serving.check_model(body.model)
         if body.messages is not None:
             messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-            text = serving.tokenizer.apply_chat_template(messages, add_generation_prompt=body.add_generation_prompt)
+            text = serving.render_chat(messages, body.add_generation_prompt, {})
             tokens = serving.tokenizer.encode(text, add_special_tokens=False)
         else:
             tokens = serving.tokenizer.encode(body.prompt or "", add_special_tokens=body.add_special_tokens)

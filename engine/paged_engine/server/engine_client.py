@@ -19,9 +19,11 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
+from paged_engine import wire
+from paged_engine.core import EngineCoreOutput
 from paged_engine.core.stats import SchedulerStats
+from paged_engine.output_processor import OutputRouter
 from paged_engine.sampling_params import SamplingParams
-from paged_engine.server import ipc
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +36,16 @@ class ControlError(ValueError):
     """The engine core refused a control call (e.g. a budget outside its bounds)."""
 
 
+StreamQueue = asyncio.Queue[tuple[str, EngineCoreOutput | None]]
+
+
 @dataclass
 class RequestStream:
-    """Deltas of one engine request, in order. Several streams may share one queue (the choices of one HTTP
+    """Outputs of one engine request, in order. Several streams may share one queue (the choices of one HTTP
     request); each puts a final ``(request_id, None)`` when it ends, finished or because the engine died."""
 
     request_id: str
-    queue: asyncio.Queue[tuple[str, ipc.RequestDelta | None]] = field(default_factory=asyncio.Queue)
-    finished: bool = False
+    queue: StreamQueue = field(default_factory=asyncio.Queue)
     scheduled: bool = False
 
 
@@ -60,9 +64,7 @@ class EngineClient:
         self._output = self._ctx.socket(zmq.PULL)
         self._output.connect(output_address)
         self._on_stats = on_stats
-        self._streams: dict[str, RequestStream] = {}
-        self._children: dict[str, list[str]] = {}  # parent request id -> live stream ids of its n choices
-        self._parent_of: dict[str, str] = {}
+        self._streams: OutputRouter[RequestStream] = OutputRouter()
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._call_ids = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
@@ -72,7 +74,7 @@ class EngineClient:
     @property
     def num_unscheduled(self) -> int:
         """Requests submitted that the scheduler has not started yet (the admission limit counts these)."""
-        return sum(1 for s in self._streams.values() if not s.scheduled)
+        return sum(1 for s in self._streams.targets() if not s.scheduled)
 
     @property
     def num_in_flight(self) -> int:
@@ -92,10 +94,10 @@ class EngineClient:
             events = await poller.poll(timeout=min(remaining, 0.5) * 1000)
             if not events:
                 continue
-            message = ipc.decode_from_core(await self._output.recv())
-            if isinstance(message, ipc.CoreReady):
+            message = wire.decode_from_core(await self._output.recv())
+            if isinstance(message, wire.CoreReady):
                 return message.info
-            if isinstance(message, ipc.CoreFailed):
+            if isinstance(message, wire.CoreFailed):
                 raise EngineDeadError(message.message)
 
     def start(self) -> None:
@@ -105,7 +107,7 @@ class EngineClient:
 
     async def close(self) -> None:
         if not self.dead and self.process.is_alive():
-            await self._input.send(ipc.encode(ipc.Shutdown()))
+            await self._input.send(wire.encode(wire.Shutdown()))
         for task in self._tasks:
             task.cancel()
         with contextlib.suppress(ValueError, OSError):
@@ -123,37 +125,28 @@ class EngineClient:
         arrival_time: float,
         priority: int = 0,
         cache_salt: str | None = None,
-        queue: asyncio.Queue[tuple[str, ipc.RequestDelta | None]] | None = None,
+        queue: StreamQueue | None = None,
     ) -> list[str]:
-        """Submits one engine request; returns the ids its outputs arrive under (``n > 1``: the children
-        ``f"{request_id}-{i}"`` the scheduler forks after the shared prompt)."""
+        """Submits one engine request; returns the ids its outputs arrive under (``n > 1``: its children)."""
         if self.dead:
             raise EngineDeadError("the engine core is not running")
-        stream_ids = [request_id] if params.n == 1 else [f"{request_id}-{i}" for i in range(params.n)]
-        if any(sid in self._streams for sid in (request_id, *stream_ids)):
-            raise ValueError(f"request id {request_id!r} is already in flight")
         shared = queue if queue is not None else asyncio.Queue()
-        for sid in stream_ids:
-            self._streams[sid] = RequestStream(sid, shared)
-        if params.n > 1:
-            self._children[request_id] = list(stream_ids)
-            self._parent_of.update(dict.fromkeys(stream_ids, request_id))
-        message = ipc.AddRequest(request_id, prompt_token_ids, params, arrival_time, priority, cache_salt)
-        self._input.send(ipc.encode(message), copy=False)
-        return stream_ids
+        streams = self._streams.add(request_id, params.n, lambda sid, _: RequestStream(sid, shared))
+        message = wire.AddRequest(request_id, prompt_token_ids, params, arrival_time, priority, cache_salt)
+        self._input.send(wire.encode(message), copy=False)
+        return [s.request_id for s in streams]
 
     def abort(self, request_ids: list[str]) -> None:
-        """Aborts requests (a parent id aborts all its choices); their streams get no further deltas."""
+        """Aborts requests (a parent id aborts all its choices); their streams get no further outputs."""
         live = []
         for rid in request_ids:
-            ids = [rid] if rid in self._streams else list(self._children.get(rid, ()))
+            ids = self._streams.streams_of(rid)
             for sid in ids:
-                self._streams[sid].finished = True
-                self._forget(sid)
+                self._streams.remove(sid)
             if ids:
                 live.append(rid)
         if live and not self.dead:
-            self._input.send(ipc.encode(ipc.AbortRequests(live)))
+            self._input.send(wire.encode(wire.AbortRequests(live)))
 
     async def call(self, method: str, timeout: float = 10.0, **args: Any) -> Any:
         if self.dead:
@@ -161,7 +154,7 @@ class EngineClient:
         call_id = next(self._call_ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = future
-        await self._input.send(ipc.encode(ipc.ControlCall(call_id, method, args)))
+        await self._input.send(wire.encode(wire.ControlCall(call_id, method, args)))
         try:
             return await asyncio.wait_for(future, timeout)
         finally:
@@ -169,13 +162,13 @@ class EngineClient:
 
     async def _read_outputs(self) -> None:
         while True:
-            message = ipc.decode_from_core(await self._output.recv())
-            if isinstance(message, ipc.StepOutputs):
-                for delta in message.deltas:
-                    self._route(delta)
+            message = wire.decode_from_core(await self._output.recv())
+            if isinstance(message, wire.StepOutputs):
+                for out in message.outputs:
+                    self._route(out)
                 if message.stats is not None:
                     self._on_stats(message.stats)
-            elif isinstance(message, ipc.ControlReply):
+            elif isinstance(message, wire.ControlReply):
                 future = self._calls.get(message.call_id)
                 if future is not None and not future.done():
                     if message.error is not None:
@@ -183,28 +176,12 @@ class EngineClient:
                     else:
                         future.set_result(message.result)
 
-    def _route(self, delta: ipc.RequestDelta) -> None:
-        rid = delta.request_id
-        if rid in self._streams:
-            targets = [self._streams[rid]]
-        else:  # a parent's refusal or first scheduling concerns every choice
-            targets = [self._streams[c] for c in self._children.get(rid, ()) if c in self._streams]
-        for stream in targets:
+    def _route(self, out: EngineCoreOutput) -> None:
+        for sid, stream in self._streams.route(out):
             stream.scheduled = True
-            stream.queue.put_nowait((stream.request_id, delta))
-            if delta.finish_reason is not None:
-                stream.finished = True
-                stream.queue.put_nowait((stream.request_id, None))
-                self._forget(stream.request_id)
-
-    def _forget(self, stream_id: str) -> None:
-        self._streams.pop(stream_id, None)
-        parent = self._parent_of.pop(stream_id, None)
-        if parent is not None:
-            siblings = self._children[parent]
-            siblings.remove(stream_id)
-            if not siblings:
-                del self._children[parent]
+            stream.queue.put_nowait((sid, out))
+            if out.finish_reason is not None:
+                stream.queue.put_nowait((sid, None))
 
     def _core_exited(self) -> None:
         loop = asyncio.get_running_loop()
@@ -212,11 +189,9 @@ class EngineClient:
         self.process.join(0)
         log.error("engine core process exited unexpectedly (exit code %s)", self.process.exitcode)
         self.dead = True
-        for stream in self._streams.values():
+        for stream in self._streams.targets():
             stream.queue.put_nowait((stream.request_id, None))
         self._streams.clear()
-        self._children.clear()
-        self._parent_of.clear()
         for future in self._calls.values():
             if not future.done():
                 future.set_exception(EngineDeadError("the engine core died"))

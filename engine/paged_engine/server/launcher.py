@@ -20,9 +20,10 @@ from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
+from paged_engine.engine.config import EngineConfig
+from paged_engine.engine.core_proc import CoreProcAddresses, run_engine_core
 from paged_engine.request_limits import RequestLimits
 from paged_engine.server.app import ServerState, build_app
-from paged_engine.server.core_proc import CoreConfig, run_engine_core
 from paged_engine.server.engine_client import EngineClient, EngineDeadError
 from paged_engine.server.metrics import EngineMetrics
 from paged_engine.server.serving import Serving
@@ -32,32 +33,31 @@ from paged_engine.tokenizer import load_tokenizer
 
 log = logging.getLogger("paged_engine.server")
 LOAD_TIMEOUT_S = 1800.0
+# paged_engine_info's labels, from the core's info(): label -> key.
+INFO_LABELS = {
+    "device": "device", "dtype": "dtype", "attention_backend": "attention_backend",
+    "attention_fallback": "attention_fallback", "gemm_backend": "gemm_backend", "num_kv_blocks": "num_blocks",
+    "block_size": "block_size",
+}  # fmt: skip
 
 
-def serve(args: argparse.Namespace) -> int:
+def serve(args: argparse.Namespace, config: EngineConfig) -> int:
+    """Runs the API server in this process and the engine core (``config``) in a spawned one."""
     ipc_dir = Path(tempfile.mkdtemp(prefix="paged-ipc-"))
-    core_config = CoreConfig(
-        model=args.model, dtype=args.dtype, block_size=args.block_size, kv_cache_memory=args.kv_cache_memory,
-        max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=args.enable_prefix_caching,
-        scheduling_policy=args.scheduling_policy,
-        attention_backend=args.attention_backend, gemm_backend=args.gemm_backend, seed=args.seed,
-        log_level=args.log_level,
-        input_address=f"ipc://{ipc_dir}/input", output_address=f"ipc://{ipc_dir}/output",
-    )  # fmt: skip
+    addresses = CoreProcAddresses(f"ipc://{ipc_dir}/input", f"ipc://{ipc_dir}/output")
     process = multiprocessing.get_context("spawn").Process(
-        target=run_engine_core, args=(core_config,), name="EngineCore", daemon=True
+        target=run_engine_core, args=(config, addresses, args.log_level), name="EngineCore", daemon=True
     )
     process.start()
     try:
-        return asyncio.run(_serve(args, core_config, process))
+        return asyncio.run(_serve(args, addresses, process))
     finally:
         if process.is_alive():
             process.kill()
         shutil.rmtree(ipc_dir, ignore_errors=True)
 
 
-async def _serve(args: argparse.Namespace, core: CoreConfig, process: multiprocessing.Process) -> int:
+async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: multiprocessing.Process) -> int:
     tracer = configure_tracing(args.otel_exporter)
     exit_code = 0
     server: uvicorn.Server | None = None
@@ -95,11 +95,10 @@ async def _serve(args: argparse.Namespace, core: CoreConfig, process: multiproce
                                info["max_logprobs"])  # fmt: skip
         state.serving = Serving(client, tokenizer, served_name, limits, args.max_waiting_requests, timeline)
         metrics.observe_budgets(info["max_num_seqs"], info["max_num_batched_tokens"])
-        metrics.set_info(attention_backend=str(info.get("attention_backend")),
-                         gemm_backend=str(info.get("gemm_backend")), dtype=str(info.get("dtype")),
-                         num_kv_blocks=str(info.get("num_blocks")), block_size=str(core.block_size))  # fmt: skip
-        log.info("ready: serving %s on http://%s:%d (%s KV blocks of %d tokens, context %d)", served_name,
-                 args.host, args.port, info.get("num_blocks"), core.block_size, info["max_model_len"])  # fmt: skip
+        metrics.set_info(**{label: str(info[key]) for label, key in INFO_LABELS.items()})
+        log.info("ready: serving %s on http://%s:%d (%s KV blocks of %d tokens, context %d, %s on %s)", served_name,
+                 args.host, args.port, info["num_blocks"], info["block_size"], info["max_model_len"],
+                 info["attention_backend"], info["device"])  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -110,7 +109,7 @@ async def _serve(args: argparse.Namespace, core: CoreConfig, process: multiproce
             loader.cancel()
             await client.close()
 
-    app = build_app(state, lifespan=lifespan)
+    app = build_app(state, lifespan=lifespan, max_body_bytes=args.max_request_body_bytes)
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.log_level == "debug",
         timeout_graceful_shutdown=args.shutdown_grace_seconds, lifespan="on",

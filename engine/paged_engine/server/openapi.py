@@ -27,7 +27,9 @@ def with_model_limits(schema: dict[str, Any], limits: RequestLimits, model_name:
     def visit(node: Any) -> None:
         if isinstance(node, dict):
             kind = node.pop(LIMIT_KEY, None)
-            if kind is not None:
+            if kind == "token_id_keys":  # logit_bias: token ids as the keys of an object
+                _bound_keys(node, integer_pattern(limits.vocab_size - 1))
+            elif kind is not None:
                 _bound_integers(node, maxima[kind])
             for value in node.values():
                 visit(value)
@@ -55,6 +57,31 @@ def _bound_integers(node: Any, maximum: int) -> None:
     elif isinstance(node, list):
         for value in node:
             _bound_integers(value, maximum)
+
+
+def _bound_keys(node: Any, pattern: str) -> None:
+    """Every object schema under ``node`` takes only keys matching ``pattern``."""
+    if isinstance(node, dict):
+        if "patternProperties" in node:
+            node["patternProperties"] = {pattern: next(iter(node["patternProperties"].values()))}
+        for value in node.get("anyOf", []):
+            _bound_keys(value, pattern)
+
+
+def integer_pattern(maximum: int) -> str:
+    """A regular expression matching the decimal integers 0..``maximum`` (no sign, no leading zeros)."""
+    digits = str(maximum)
+    alternatives = ["0"] if maximum >= 0 else []
+    if len(digits) > 1:
+        alternatives.append(f"[1-9][0-9]{{0,{len(digits) - 2}}}")  # every shorter number
+    for i, digit in enumerate(digits):  # same length: equal up to position i, then a smaller digit
+        low = 1 if i == 0 else 0
+        if int(digit) - 1 >= low:
+            rest = len(digits) - i - 1
+            alternatives.append(f"{digits[:i]}[{low}-{int(digit) - 1}]" + (f"[0-9]{{{rest}}}" if rest else ""))
+    if maximum > 0:
+        alternatives.append(digits)
+    return f"^({'|'.join(alternatives)})$"
 
 
 def _name_the_model(node: dict[str, Any], model_name: str) -> None:

@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from paged_engine.sampling_params import SEED_RANGE, SamplingParams
+from paged_engine.sampling_params import SamplingParams
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
@@ -20,7 +20,10 @@ from pydantic.json_schema import SkipJsonSchema
 TOKEN_ID = {"x-paged-limit": "token_id"}  # [0, vocab_size)
 GENERATED_TOKENS = {"x-paged-limit": "generated_tokens"}  # [1, max_model_len - 1]
 NUM_LOGPROBS = {"x-paged-limit": "logprobs"}  # [0, max_logprobs]
-INT64 = (-(2**63), 2**63 - 1)
+TOKEN_ID_KEYS = {"x-paged-limit": "token_id_keys"}  # object keys: token ids in [0, vocab_size)
+# Integers a JSON client can send exactly (JSON numbers are doubles to many clients, and a bound beyond 2**53
+# would not round-trip either).
+SAFE_INT = (-(2**53 - 1), 2**53 - 1)
 
 TokenId = Annotated[int, Field(ge=0)]
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
@@ -53,9 +56,9 @@ class _SamplingFields(_Strict):
     n: int = Field(1, ge=1, le=128)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1, le=INT64[1], description="-1 or 0: disabled")
+    top_k: int | None = Field(None, ge=-1, le=SAFE_INT[1], description="-1 or 0: disabled")
     min_p: float | None = Field(None, ge=0.0, le=1.0)
-    seed: int | None = Field(None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
+    seed: int | None = Field(None, ge=SAFE_INT[0], le=SAFE_INT[1])
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(None, gt=0.0)
@@ -65,17 +68,17 @@ class _SamplingFields(_Strict):
             Field(json_schema_extra={"additionalProperties": False}),
         ]
         | None
-    ) = Field(None, description="token id (as a string) -> bias added to its logit")
+    ) = Field(None, description="token id (as a string) -> bias added to its logit", json_schema_extra=TOKEN_ID_KEYS)
     allowed_token_ids: list[TokenId] | None = Field(None, min_length=1, json_schema_extra=TOKEN_ID)
     stop: NonEmptyStr | Annotated[list[NonEmptyStr], Field(max_length=64)] | None = None
     stop_token_ids: list[TokenId] | None = Field(None, json_schema_extra=TOKEN_ID)
     ignore_eos: bool = False
-    min_tokens: int = Field(0, ge=0, le=INT64[1], description="at most max_tokens")
+    min_tokens: int = Field(0, ge=0, le=SAFE_INT[1], description="at most max_tokens")
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     stream: bool = False
     stream_options: StreamOptions | None = Field(None, description="only with stream: true")
-    priority: int = Field(0, ge=INT64[0], le=INT64[1], description="lower is served first (priority scheduling)")
+    priority: int = Field(0, ge=SAFE_INT[0], le=SAFE_INT[1], description="lower is served first (priority scheduling)")
     cache_salt: str | None = Field(None, min_length=1)
     user: str | None = None
 
@@ -141,15 +144,12 @@ class CompletionRequest(_SamplingFields):
     max_tokens: int | None = Field(16, ge=1, json_schema_extra=GENERATED_TOKENS)
     logprobs: int | None = Field(None, ge=0, json_schema_extra=NUM_LOGPROBS)
     echo: bool = False
-    best_of: int | None = Field(None, ge=1, le=128, description="must equal n")
     suffix: str | None = Field(None, max_length=0, description="not supported")
 
     @model_validator(mode="after")
     def _unsupported(self) -> CompletionRequest:
         if self.suffix:
             raise ValueError("suffix is not supported")
-        if self.best_of is not None and self.best_of != self.n:
-            raise ValueError("best_of must equal n (beam-style best_of is not supported)")
         return self
 
     def prompts(self) -> list[str] | list[list[int]]:

@@ -12,14 +12,14 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from paged_engine.core import RequestValidationError
+from paged_engine.core.outputs import Logprobs
+from paged_engine.output_processor import ChoiceState, ChoiceUpdate
 from paged_engine.request_limits import RequestLimits
 from paged_engine.sampling_params import SamplingParams, SamplingParamsError
-from paged_engine.server import ipc
-from paged_engine.server.engine_client import EngineClient, EngineDeadError
+from paged_engine.server.engine_client import EngineClient, EngineDeadError, StreamQueue
 from paged_engine.server.errors import APIError, bad_request
 from paged_engine.server.protocol import (
     ChatCompletionRequest,
@@ -32,33 +32,6 @@ from paged_engine.server.protocol import (
 )
 from paged_engine.server.timeline import RequestTimeline
 from paged_engine.tokenizer import Tokenizer
-from paged_engine.tokenizer.detokenizer import IncrementalDetokenizer
-
-
-@dataclass
-class Choice:
-    index: int
-    prompt_index: int
-    request_id: str
-    detokenizer: IncrementalDetokenizer
-    token_ids: list[int] = field(default_factory=list)
-    text: str = ""
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
-    logprobs: list[ipc.TokenLogprobs] = field(default_factory=list)
-    prompt_logprobs: list[ipc.TokenLogprobs | None] | None = None
-    num_cached_tokens: int = 0
-
-
-@dataclass
-class ChoiceUpdate:
-    """What one engine delta changed in one choice (the unit of a streamed chunk)."""
-
-    choice: Choice
-    text: str
-    token_ids: list[int]
-    logprobs: list[ipc.TokenLogprobs]
-    finished: bool
 
 
 class Serving:
@@ -148,8 +121,8 @@ class Serving:
         base_id: str,
     ) -> AsyncIterator[ChoiceUpdate]:
         """Starts every (prompt, choice) engine request and yields their updates as they arrive."""
-        queue: asyncio.Queue[tuple[str, ipc.RequestDelta | None]] = asyncio.Queue()
-        choices: dict[str, Choice] = {}
+        queue: StreamQueue = asyncio.Queue()
+        choices: dict[str, ChoiceState] = {}
         timelines: dict[str, RequestTimeline] = {}
         engine_ids: list[str] = []
         arrival = time.time()
@@ -159,63 +132,39 @@ class Serving:
                 stream_ids = self.client.add_request(rid, prompt, sp, arrival, body.priority, body.cache_salt, queue)
                 engine_ids.append(rid)
                 for i, sid in enumerate(stream_ids):
-                    detok = IncrementalDetokenizer.from_params(self.tokenizer, prompt, sp)
-                    choices[sid] = Choice(p * sp.n + i, p, sid, detok)
+                    choices[sid] = ChoiceState.create(self.tokenizer, p * sp.n + i, sid, prompt, sp, prompt_index=p)
                     timelines[sid] = self.timeline(operation, sid, len(prompt), sp.max_tokens or 0)
             open_ids = set(choices)
             while open_ids:
-                rid, delta = await queue.get()
-                choice = choices[rid]
-                if delta is None:
-                    open_ids.discard(rid)
-                    if choice.finish_reason is None:
+                sid, out = await queue.get()
+                choice, timeline = choices[sid], timelines[sid]
+                if out is None:
+                    open_ids.discard(sid)
+                    if not choice.finished:
                         raise EngineDeadError("the engine stopped while the request was running")
                     continue
-                if delta.error is not None:
-                    choice.finish_reason = delta.finish_reason or "abort"
-                    timelines[rid].finish(choice.finish_reason, len(choice.token_ids))
-                    raise _engine_error(delta)
-                update = self._apply(choice, delta, timelines[rid])
+                if out.first_scheduled_time is not None:
+                    timeline.scheduled(out.first_scheduled_time)
+                if out.new_token_ids:
+                    timeline.tokens(len(out.new_token_ids))
+                update = choice.apply(out)
                 if update.finished:
-                    open_ids.discard(rid)
-                    timelines[rid].finish(choice.finish_reason or "abort", len(choice.token_ids))
-                    if delta.finish_reason is None:
-                        self.client.abort([rid])  # a stop string ended it; free its blocks now
+                    open_ids.discard(sid)
+                    timeline.finish(choice.finish_reason or "abort", len(choice.token_ids))
+                    if choice.error is not None:
+                        raise _engine_error(choice)
+                    if update.stopped_here:
+                        self.client.abort([sid])  # a stop string ended it; free its blocks now
                 if update.text or update.token_ids or update.finished:
                     yield update
         finally:
-            unfinished = [sid for sid, c in choices.items() if c.finish_reason is None]
+            unfinished = [sid for sid, c in choices.items() if not c.finished]
             if unfinished:
                 self.client.abort(engine_ids)
                 for sid in unfinished:
                     timelines[sid].finish("abort", len(choices[sid].token_ids))
 
-    def _apply(self, choice: Choice, delta: ipc.RequestDelta, timeline: RequestTimeline) -> ChoiceUpdate:
-        if delta.first_scheduled_time is not None:
-            timeline.scheduled(delta.first_scheduled_time)
-        if delta.prompt_logprobs is not None:  # a chunked prefill reports them over several steps
-            choice.prompt_logprobs = (choice.prompt_logprobs or []) + delta.prompt_logprobs
-        choice.num_cached_tokens = max(choice.num_cached_tokens, delta.num_cached_tokens)
-        new_ids = delta.new_token_ids
-        if new_ids:
-            timeline.tokens(len(new_ids))
-        text = choice.detokenizer.update(new_ids)
-        finished = False
-        if choice.detokenizer.stop is not None:
-            # The detokenizer cut the text at the stop string; tokens past it are not reported.
-            choice.finish_reason, choice.stop_reason = "stop", choice.detokenizer.stop
-            finished = True
-        elif delta.finish_reason is not None:
-            text += choice.detokenizer.flush()
-            choice.finish_reason, choice.stop_reason = delta.finish_reason, delta.stop_reason
-            finished = True
-        choice.token_ids.extend(new_ids)
-        logprobs = list(delta.logprobs or [])
-        choice.logprobs.extend(logprobs)
-        choice.text += text
-        return ChoiceUpdate(choice, text, new_ids, logprobs, finished)
-
-    def usage(self, prompts: list[list[int]], choices: list[Choice]) -> Usage:
+    def usage(self, prompts: list[list[int]], choices: list[ChoiceState]) -> Usage:
         prompt_tokens = sum(len(p) for p in prompts)
         completion = sum(len(c.token_ids) for c in choices)
         cached: dict[int, int] = {}
@@ -247,7 +196,7 @@ class Serving:
         return prompts, params
 
     def completion_logprobs(
-        self, entries: list[ipc.TokenLogprobs | None], offset: int, prompt: list[int] | None = None
+        self, entries: list[Logprobs | None], offset: int, prompt: list[int] | None = None
     ) -> dict[str, list[Any]]:
         """The legacy ``logprobs`` object; ``prompt`` names the echoed first prompt token, which has no logprob
         (its entry is None). A special token there (BOS) is listed but takes no room in the echoed text."""
@@ -275,7 +224,7 @@ class Serving:
     async def completion(self, body: CompletionRequest) -> dict[str, Any]:
         prompts, params = self.prepare_completion(body)
         rid = random_id("cmpl")
-        choices: dict[int, Choice] = {}
+        choices: dict[int, ChoiceState] = {}
         async for update in self.run("text_completion", prompts, params, body, rid):
             choices[update.choice.index] = update.choice
         ordered = [choices[i] for i in sorted(choices)]
@@ -290,7 +239,7 @@ class Serving:
         raw = body.prompts()[index]
         return raw if isinstance(raw, str) else self.tokenizer.decode(prompt, skip_special_tokens=True)
 
-    def _completion_choice(self, c: Choice, prompt: list[int], body: CompletionRequest) -> dict[str, Any]:
+    def _completion_choice(self, c: ChoiceState, prompt: list[int], body: CompletionRequest) -> dict[str, Any]:
         text = c.text
         logprobs = None
         if body.echo:
@@ -346,7 +295,7 @@ class Serving:
         ``stream_options.include_usage`` asks for it (``usage`` is null in every other chunk), then ``[DONE]``."""
         created = now()
         include_usage = body.stream_options is not None and body.stream_options.include_usage
-        seen: dict[int, Choice] = {}
+        seen: dict[int, ChoiceState] = {}
 
         def event(choices: list[dict[str, Any]], usage: Usage | None = None) -> str:
             data: dict[str, Any] = {"id": rid, "object": object_name, "created": created, "model": self.model_name,
@@ -376,12 +325,7 @@ class Serving:
     def prepare_chat(self, body: ChatCompletionRequest) -> tuple[list[list[int]], list[SamplingParams]]:
         self.check_model(body.model)
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        try:
-            text = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=body.add_generation_prompt, **(body.chat_template_kwargs or {})
-            )
-        except ValueError as exc:
-            raise bad_request(f"the chat template could not render these messages: {exc}", "messages") from None
+        text = self.render_chat(messages, body.add_generation_prompt, body.chat_template_kwargs or {})
         prompt = self.tokenizer.encode(text, add_special_tokens=False)
         self.check_prompt(prompt, "messages")
         top = body.top_logprobs or 0
@@ -393,7 +337,14 @@ class Serving:
         self.check_admission()
         return [prompt], [params]
 
-    def chat_logprobs(self, entries: list[ipc.TokenLogprobs]) -> dict[str, Any]:
+    def render_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool, extra: dict[str, Any]) -> str:
+        """The prompt text of a conversation; a template that refuses it is the client's 400, naming why."""
+        try:
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, **extra)
+        except ValueError as exc:
+            raise bad_request(f"the chat template could not render these messages: {exc}", "messages") from None
+
+    def chat_logprobs(self, entries: list[Logprobs]) -> dict[str, Any]:
         def item(token: int, logprob: float) -> dict[str, Any]:
             text = self.tokenizer.decode([token], skip_special_tokens=False)
             return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
@@ -407,7 +358,7 @@ class Serving:
     async def chat(self, body: ChatCompletionRequest) -> dict[str, Any]:
         prompts, params = self.prepare_chat(body)
         rid = random_id("chatcmpl")
-        choices: dict[int, Choice] = {}
+        choices: dict[int, ChoiceState] = {}
         async for update in self.run("chat", prompts, params, body, rid):
             choices[update.choice.index] = update.choice
         ordered = [choices[i] for i in sorted(choices)]
@@ -438,11 +389,11 @@ class Serving:
                          payload)  # fmt: skip
 
 
-def _engine_error(delta: ipc.RequestDelta) -> APIError:
+def _engine_error(choice: ChoiceState) -> APIError:
     """The core refused the request on admission (the client's to fix), or failed it inside a step (ours)."""
-    if delta.finish_reason == "error":
-        return APIError(500, str(delta.error), type="internal_server_error")
-    return bad_request(str(delta.error))
+    if choice.finish_reason == "error":
+        return APIError(500, str(choice.error), type="internal_server_error")
+    return bad_request(str(choice.error))
 
 
 def _stream_error(status: int, kind: str, message: str) -> str:

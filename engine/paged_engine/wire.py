@@ -2,7 +2,8 @@
 
 The two processes talk over two ZMQ sockets: requests, aborts and control calls go API server → core on a
 PUSH/PULL pair; outputs, step stats and control replies come back on another. msgspec structs keep the wire
-format compact and typed (no pickle: a message can never execute code on the receiving side).
+format compact and typed (no pickle: a message can never execute code on the receiving side). The engine's own
+types travel as they are: ``SamplingParams`` in, ``EngineCoreOutput`` and ``SchedulerStats`` out.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
+from paged_engine.core.engine_output import EngineCoreOutput
 from paged_engine.core.stats import SchedulerStats
 from paged_engine.sampling_params import SamplingParams
 
@@ -42,28 +45,6 @@ class Shutdown(msgspec.Struct, tag="shutdown", array_like=True):
 ToCore = AddRequest | AbortRequests | ControlCall | Shutdown
 
 
-class TokenLogprobs(msgspec.Struct, array_like=True):
-    """Top-N logprobs at one position; ``token_ids[0]`` is the sampled (or prompt) token."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    ranks: list[int]
-
-
-class RequestDelta(msgspec.Struct, array_like=True):
-    request_id: str
-    new_token_ids: list[int]
-    finish_reason: str | None = None  # stop / length / abort / error
-    stop_reason: int | None = None  # the stop token id that ended the request, if any
-    num_cached_tokens: int = 0
-    first_scheduled_time: float | None = None  # when the request first left the waiting queue
-    logprobs: list[TokenLogprobs] | None = None
-    prompt_logprobs: list[TokenLogprobs | None] | None = None
-    # Why the engine refused the request (finish_reason abort: e.g. it needs more KV blocks than exist), or failed
-    # it inside a step (finish_reason error: a fault in its own work; the rest of the batch went on).
-    error: str | None = None
-
-
 class ControlReply(msgspec.Struct, tag="reply", array_like=True):
     call_id: int
     result: Any = None
@@ -71,7 +52,7 @@ class ControlReply(msgspec.Struct, tag="reply", array_like=True):
 
 
 class StepOutputs(msgspec.Struct, tag="step", array_like=True):
-    deltas: list[RequestDelta]
+    outputs: list[EngineCoreOutput]
     stats: SchedulerStats | None = None
 
 

@@ -1,0 +1,67 @@
+"""One engine configuration: the CLI's flags and LLM's keyword arguments are the same settings, with the same
+defaults and environment variables, and bad values are refused with the setting named."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from paged_engine.cli import build_parser, engine_config
+from paged_engine.core.scheduler_config import SchedulerConfig, SchedulerConfigError
+from paged_engine.engine.config import EngineConfig, flag_name, settings
+
+
+def serve_args(*flags: str):  # type: ignore[no-untyped-def]
+    return build_parser().parse_args(["serve", *flags])
+
+
+def test_every_setting_is_a_flag_of_serve() -> None:
+    help_text = build_parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
+    names = {f.name for _, f in settings()}
+    assert names == {f.name for f in dataclasses.fields(EngineConfig)} - {"model", "scheduler"} | {
+        f.name for f in dataclasses.fields(SchedulerConfig)
+    }
+    for _, f in settings():
+        assert flag_name(f) in help_text, f.name
+
+
+def test_the_cli_and_llm_share_one_set_of_defaults() -> None:
+    assert engine_config(serve_args()) == EngineConfig.from_kwargs()
+    assert EngineConfig().scheduler == SchedulerConfig()
+
+
+def test_flags_and_keyword_arguments_reach_the_same_fields() -> None:
+    flags = serve_args(
+        "tiny", "--device", "cpu", "--dtype", "bfloat16", "--kv-cache-memory", "512MiB", "--max-num-seqs", "8",
+        "--long-prefill-token-threshold", "64", "--scheduling-policy", "priority", "--no-enable-prefix-caching",
+        "--num-threads", "2", "--max-logprobs", "5", "--prefix-cache-hash", "builtin",
+    )  # fmt: skip
+    kwargs = EngineConfig.from_kwargs(
+        model="tiny", device="cpu", dtype="bfloat16", kv_cache_memory="512MiB", max_num_seqs=8,
+        long_prefill_token_threshold=64, scheduling_policy="priority", enable_prefix_caching=False, num_threads=2,
+        max_logprobs=5, hash_algorithm="builtin",
+    )  # fmt: skip
+    assert engine_config(flags) == kwargs
+    assert kwargs.kv_cache_memory == 512 << 20 and kwargs.scheduler.policy == "priority"
+
+
+@pytest.mark.parametrize(("env", "field"), [("PAGED_ATTENTION_BACKEND", "attention_backend"),
+                                           ("PAGED_GEMM_BACKEND", "gemm_backend")])  # fmt: skip
+def test_environment_variables_set_the_default_for_both(monkeypatch, env: str, field: str) -> None:
+    value = "reference" if field == "attention_backend" else "torch"
+    monkeypatch.setenv(env, value)
+    assert getattr(EngineConfig.from_kwargs(), field) == value
+    assert getattr(engine_config(serve_args()), field) == value
+
+
+def test_bad_settings_are_refused_with_their_name() -> None:
+    with pytest.raises(TypeError, match=r"unknown engine settings \['max_num_sequences'\]"):
+        EngineConfig.from_kwargs(max_num_sequences=4)
+    with pytest.raises(SchedulerConfigError, match=r"max_num_seqs must be in \[1, 65536\], got 0"):
+        EngineConfig.from_kwargs(max_num_seqs=0)
+    with pytest.raises(ValueError, match="device must be auto, cpu, cuda or cuda:N, got 'tpu'"):
+        EngineConfig.from_kwargs(device="tpu")
+    with pytest.raises(ValueError, match="invalid KV-cache memory '2 gigs'"):
+        EngineConfig.from_kwargs(kv_cache_memory="2 gigs")
+    with pytest.raises(SystemExit):
+        serve_args("--max-num-seqs", "many")
