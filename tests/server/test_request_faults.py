@@ -60,7 +60,8 @@ def server(tiny_gemma_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """The tiny model, with faults injected into requests carrying the marked seeds."""
     proc = start_server(
         tiny_gemma_dir, tmp_path_factory.mktemp("logs"), *COMMON_ARGS, "--api-key", API_KEY,
-        env={"PYTHONPATH": str(Path(__file__).parent / "fault_injection")},
+        env={"PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent / "fault_injection"),
+                                                          os.environ.get("PYTHONPATH")]))},
     )  # fmt: skip
     yield proc
     proc.stop()
