@@ -7,40 +7,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.server.conftest import free_port, tiny_gemma_dir
+from tests.server.conftest import ServerProcess, free_port, tiny_gemma_dir
 
 __all__ = ["tiny_gemma_dir"]  # re-exported as a fixture for the tests against real engines
 FAKE = Path(__file__).with_name("fake_replica.py")
 FAKE_MODEL = "fake-model"
 
 
-@dataclass
-class Proc:
-    process: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+Proc = ServerProcess  # any server the tests start on loopback: an engine, a fake replica or the router
 
 
 def _spawn(command: list[str], port: int, log_dir: Path, ready_path: str, timeout: float = 60.0) -> Proc:
