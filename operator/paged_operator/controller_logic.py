@@ -144,7 +144,7 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
         scale, scaler_state = autoscaler.decide(
             spec.autoscaling,
             state.autoscaler,
-            _slots_at_tuner_bound(spec, state, view),
+            _slots_at_tuner_bound(spec, state, view, obs.time),
             ready=ready,
             starting=obs.starting,
             now=obs.time,
@@ -193,16 +193,22 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
     return plan, new_state
 
 
-def _slots_at_tuner_bound(spec: ControllerSpec, state: ControllerState, view: FleetView | None) -> FleetView | None:
-    """The view the autoscaler sees: with the tuner on, sequence slots run short only at its upper bound.
+def _slots_at_tuner_bound(
+    spec: ControllerSpec, state: ControllerState, view: FleetView | None, now: float
+) -> FleetView | None:
+    """The view the autoscaler sees: with the tuner on, sequence slots run short only at what it could raise to.
 
-    A binding ``max_num_seqs`` below the bound is the tuner's to raise (instantly, for free), so the
-    autoscaler measures the running batch against the bound; otherwise both would answer the same
-    shortage and the fleet would end with replicas that a larger budget makes unnecessary.
+    A binding ``max_num_seqs`` below that is the tuner's to raise (instantly, for free), so the
+    autoscaler measures the running batch against it; otherwise both would answer the same shortage
+    and the fleet would end with replicas that a larger budget makes unnecessary. What it could raise
+    to is its upper bound, except while a storm is remembered (``budget_tuner.seq_ceiling``): then a
+    binding budget is the capacity there is, and only replicas add more (in simulation, measuring
+    against the bound instead left a standing queue behind the AIMD saw-tooth for most of the day).
     """
     if view is None or view.seq_budget_usage is None or spec.budget is None or state.tuner is None:
         return view
-    share = state.tuner.budgets.max_num_seqs / spec.budget.max_num_seqs
+    ceiling = max(state.tuner.budgets.max_num_seqs, budget_tuner.seq_ceiling(spec.budget, state.tuner, now))
+    share = state.tuner.budgets.max_num_seqs / ceiling
     return replace(view, seq_budget_usage=view.seq_budget_usage * share)
 
 
