@@ -58,6 +58,7 @@ class ScalingLimit(StrEnum):
 
     AT_MAX = "AtMaxReplicas"
     AT_MIN = "AtMinReplicas"
+    INSUFFICIENT_RESOURCES = "InsufficientResources"  # set by ``controller_logic``: pods the scheduler cannot place
 
 
 @dataclass(frozen=True)
@@ -305,16 +306,19 @@ def _queue_signal(
 def capacity_on_target(
     spec: AutoscalingPolicySpec, known: tuple[tuple[float, float], ...], view: FleetView, now: float
 ) -> tuple[tuple[float, float], ...]:
-    """Remember this view's per-replica served rate if the fleet ran on target (KV within the tolerance
-    under its target, the queue at or under its own, enough pods answering).
+    """Remember this view's per-replica served rate if the fleet ran on target, steadily (KV within the
+    tolerance under its target, the queue at or under its own, arrivals matching completions, enough pods
+    answering).
 
     Returns the rates still remembered, highest first: a monotonic queue, where a rate is dropped once a
     higher, newer one is seen, since it can no longer be the maximum.
     """
     kept = tuple((t, r) for t, r in known if t > now - spec.capacity_memory_s)
-    # Completions alone overstate a steady rate while a backlog drains, arrivals alone while a queue builds.
+    # Steady state only (arrivals and completions within the tolerance of each other): completions overstate
+    # what a replica serves while a backlog drains, and both understate it while new pods take their share.
     done, arriving = view.completion_rate_per_replica, view.arrival_rate_per_replica
-    rate = min(done, arriving) if done is not None and arriving is not None else None
+    steady = done is not None and arriving is not None and abs(arriving - done) <= spec.tolerance * max(done, arriving)
+    rate = min(done, arriving) if steady and done is not None and arriving is not None else None
     # Near the KV target only: a rate seen far below it says little about what a replica serves at the target
     # (and, as the signal's target, would pin an oversized fleet where it is).
     # Within the tolerance band, so the lower bound is as tight as the band the autoscaler keeps anyway.

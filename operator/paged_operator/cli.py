@@ -54,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--scrape-timeout", type=_positive, default=2.0, help="seconds per engine /ready, /metrics call")
     run.add_argument("--watch-timeout", type=_positive, default=300.0, help="seconds before a watch is renewed")
     run.add_argument("--request-timeout", type=_positive, default=30.0, help="seconds per API-server request")
+    run.add_argument(
+        "--pending-timeout",
+        type=_positive,
+        default=120.0,
+        help="seconds a pod may stay unschedulable before it counts as missing capacity (InsufficientResources)",
+    )
     return parser
 
 
@@ -68,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         scrape_timeout_s=args.scrape_timeout,
         watch_timeout_s=int(args.watch_timeout),
         request_timeout_s=args.request_timeout,
+        pending_timeout_s=args.pending_timeout,
         clusterwide=args.all_namespaces,
     )
     with contextlib.suppress(KeyboardInterrupt):

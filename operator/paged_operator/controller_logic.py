@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from paged_operator import autoscaler, budget_tuner
 from paged_operator.arbiter import Action, ArbiterSpec, ArbiterState, Verdict, arbitrate
-from paged_operator.autoscaler import AutoscalerState, AutoscalingPolicySpec, ScaleDecision
+from paged_operator.autoscaler import AutoscalerState, AutoscalingPolicySpec, ScaleDecision, ScalingLimit
 from paged_operator.budget_tuner import Budgets, BudgetSpec, TuneDecision, TunerState
 from paged_operator.metrics import EngineSample, FleetView, SampleWindow, fleet_view, is_degraded
 
@@ -73,13 +73,18 @@ def initial_state(spec: ControllerSpec, budgets: Budgets | None) -> ControllerSt
 
 @dataclass(frozen=True)
 class Observation:
-    """One scrape round: who is ready, who is starting, what answered and what did not (pod → error)."""
+    """One scrape round: who is ready, who is starting, what answered and what did not (pod → error).
+
+    ``unschedulable``: pods the scheduler has not placed for too long (pod → its message). They are not in
+    ``starting``: no capacity is on its way from them.
+    """
 
     time: float
     ready_pods: tuple[str, ...]
     starting: int
     samples: tuple[EngineSample, ...]
     failures: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,8 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
             now=obs.time,
         )
     capacity = ready + obs.starting
+    if scale is not None and obs.unschedulable and scale.desired > capacity:
+        scale = _no_more_than_schedules(scale, obs.unschedulable, capacity)
     hold = ScaleDecision(desired=capacity, current=capacity, reason="autoscaling disabled")
     competing = scale if scale is not None and not scale.dry_run else hold
 
@@ -191,6 +198,22 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
     )
     new_state = replace(state, window=window, autoscaler=scaler_state, tuner=tuner_state, arbiter=arbiter_state)
     return plan, new_state
+
+
+def _no_more_than_schedules(scale: ScaleDecision, unschedulable: Mapping[str, str], capacity: int) -> ScaleDecision:
+    """No scale-up while replicas already asked for cannot be scheduled: more would only wait with them.
+
+    The pending pods are kept (a cluster autoscaler adds nodes for pending pods, and they take the load
+    once placed); a scale-down is left alone (the ReplicaSet removes unscheduled pods first).
+    """
+    pod, message = sorted(unschedulable.items())[0]
+    why = (
+        f"{len(unschedulable)} replica(s) cannot be scheduled, so none is added for a wanted {scale.desired} "
+        f"({pod}: {message})"
+    )
+    return replace(
+        scale, desired=capacity, limited=ScalingLimit.INSUFFICIENT_RESOURCES, reason=f"{scale.reason}; {why}"
+    )
 
 
 def _slots_at_tuner_bound(

@@ -237,6 +237,9 @@ def test_served_rate_far_below_target_is_not_capacity() -> None:
     assert state.capacity == ()
     _, state = decide(SPEC, state, view(ready=4, kv=0.8, arrival=9.0, completion=6.0, t=5), ready=4, starting=0, now=5)
     assert state.capacity == ()  # above the target is not on target either
+    draining = view(ready=4, kv=0.7, arrival=3.0, completion=6.0, t=10)  # a backlog draining: not a steady rate
+    _, state = decide(SPEC, state, draining, ready=4, starting=0, now=10)
+    assert state.capacity == ()
 
 
 def test_preemptions_alone_do_not_panic() -> None:

@@ -167,3 +167,25 @@ def test_binding_budget_counts_as_capacity_while_a_storm_caps_the_tuner() -> Non
     assert free.tuner is not None
     stormed = replace(free, tuner=replace(free.tuner, storm_level=72, storm_until=600.0))  # raises stop at 64
     assert seq_demand(stormed) == pytest.approx(2 * 1.0 / SCALE.target_kv_usage)  # replicas' to add
+
+
+def test_unschedulable_replicas_stop_the_scale_up_and_say_why() -> None:
+    spec = ControllerSpec(autoscaling=SCALE, budget=None)
+    hot = {"a": {"kv": 0.99}, "b": {"kv": 0.99}}
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    state = initial_state(spec, None)
+    plans, _ = rounds(spec, state, [obs(0, hot), obs(10, hot)])
+    assert plans[-1].replicas is not None and plans[-1].replicas > 2  # schedulable: scales up
+
+    stuck = replace(obs(10, hot), unschedulable={"m-x": message})
+    plans, _ = rounds(spec, state, [obs(0, hot), stuck])
+    plan = plans[-1]
+    assert plan.replicas is None  # more pods would only wait with the one that cannot be placed
+    limited = next(c for c in plan.conditions if c.type == "ScalingLimited")
+    assert (limited.status, limited.reason) == ("True", "InsufficientResources")
+    assert "1 replica(s) cannot be scheduled" in limited.message and message in limited.message
+
+    cold = {"a": {"kv": 0.05}, "b": {"kv": 0.05}}  # a scale-down is still allowed (after the down-window)
+    later = [replace(obs(t, cold), unschedulable={"m-x": message}) for t in range(0, 200, 10)]
+    plans, _ = rounds(spec, initial_state(spec, None), later)
+    assert any(p.replicas is not None and p.replicas < 2 for p in plans)

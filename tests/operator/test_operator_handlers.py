@@ -12,22 +12,34 @@ from paged_operator.budget_tuner import Budgets
 from paged_operator.cli import build_parser
 from paged_operator.kube_io import ApiError, KubeApi, collection_path, object_path
 from paged_operator.policy_config import controller_spec
-from paged_platform.api import ModelDeployment, ModelDeploymentStatus
+from paged_platform.api import ModelDeployment
 
 
 def md(**spec: object) -> ModelDeployment:
     return ModelDeployment.model_validate({"metadata": {"name": "m", "namespace": "ns"}, "spec": spec})
 
 
-def test_desired_replicas_keeps_the_autoscalers_choice_inside_the_bounds() -> None:
-    fresh = ModelDeploymentStatus()
-    assert handlers.desired_replicas(md(replicas={"min": 2, "max": 5}), fresh) == 2
-    seen = ModelDeploymentStatus(observed_generation=3, desired_replicas=4)
-    assert handlers.desired_replicas(md(replicas={"min": 2, "max": 5}), seen) == 4
-    assert handlers.desired_replicas(md(replicas={"min": 1, "max": 3}), seen) == 3  # max lowered
-    assert handlers.desired_replicas(md(replicas={"min": 5, "max": 6}), seen) == 5  # kubectl scale raised min
+def test_desired_replicas_keeps_the_live_count_inside_the_bounds() -> None:
+    bounds = md(replicas={"min": 2, "max": 5})
+    # Just created (the API server's default of 1, nothing recorded yet): replicas.min.
+    assert handlers.desired_replicas(bounds, 1, owned=False, recorded=None) == 2
+    # The operator's last write wins over a status that may not show it yet.
+    assert handlers.desired_replicas(bounds, 4, owned=True, recorded=3) == 4
+    # Someone else scaled the Deployment: back to the operator's recorded count.
+    assert handlers.desired_replicas(bounds, 9, owned=False, recorded=3) == 3
+    assert handlers.desired_replicas(md(replicas={"min": 1, "max": 3}), 4, owned=True, recorded=4) == 3  # max lowered
+    assert handlers.desired_replicas(md(replicas={"min": 5, "max": 6}), 4, owned=True, recorded=4) == 5  # min raised
     manual = md(replicas={"min": 2, "max": 5}, autoscaling={"enabled": False})
-    assert handlers.desired_replicas(manual, seen) == 2
+    assert handlers.desired_replicas(manual, 4, owned=True, recorded=4) == 2
+
+
+def test_replica_ownership_is_read_from_managed_fields() -> None:
+    def dep(manager: str, fields: dict) -> dict:
+        return {"metadata": {"managedFields": [{"manager": manager, "operation": "Apply", "fieldsV1": fields}]}}
+
+    assert handlers.owns_replicas(dep("paged-operator-replicas", {"f:spec": {"f:replicas": {}}}))
+    assert not handlers.owns_replicas(dep("paged-operator", {"f:spec": {"f:template": {}}}))
+    assert not handlers.owns_replicas({"metadata": {}})
 
 
 ADAPTIVE = {"maxNumSeqs": 16, "maxNumBatchedTokens": 1024, "adaptive": {"enabled": True}}
