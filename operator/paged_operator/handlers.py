@@ -17,9 +17,7 @@ exponential backoff, the daemon logs the failure and tries again at its next int
 
 from __future__ import annotations
 
-import base64
 import logging
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -30,7 +28,7 @@ import kopf
 from paged_platform.api import GROUP, PLURAL, VERSION, Decision, ModelDeployment, ModelDeploymentStatus
 from pydantic import ValidationError
 
-from paged_operator import budget_tuner, children, health, status_builder
+from paged_operator import admin_token, budget_tuner, children, health, status_builder
 from paged_operator.budget_tuner import Budgets
 from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide, initial_state
 from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
@@ -53,6 +51,7 @@ class Options:
     request_timeout_s: float = 30.0
     pending_timeout_s: float = 120.0
     clusterwide: bool = True
+    token_key: bytes | None = None  # derives the engines' admin tokens (``admin_token``)
 
 
 @dataclass
@@ -78,6 +77,12 @@ class Shared:
         if self._http is None:
             self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=64))
         return self._http
+
+    @property
+    def token_key(self) -> bytes:
+        if self.options.token_key is None:
+            raise kopf.PermanentError("the operator was started without its token key (--token-key-file)")
+        return self.options.token_key
 
     async def aclose(self) -> None:
         for client in (self._kube, self._http):
@@ -179,7 +184,8 @@ async def _reject(kube: KubeApi, body: Mapping[str, Any], exc: ValidationError) 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
-    kube = _shared(memo).kube
+    shared = _shared(memo)
+    kube = shared.kube
     with health.timed("reconcile"):
         try:
             md = _parse(body)
@@ -187,7 +193,7 @@ async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
             await _reject(kube, body, exc)
             raise kopf.PermanentError(f"invalid ModelDeployment: {exc.error_count()} error(s)") from None
         try:
-            await apply_children(kube, md, dict(body))
+            await apply_children(kube, md, dict(body), shared.token_key)
         except ApiError as exc:
             if exc.code == 422:  # the API server refused a child we built: retrying cannot help
                 await kube.post_event(body, reason="ApplyRefused", message=str(exc), warning=True)
@@ -209,11 +215,11 @@ async def _warn(kube: KubeApi, body: Mapping[str, Any], reason: str, message: st
         log.warning("could not post event %s: %s", reason, exc)
 
 
-async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, Any]) -> None:
+async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, Any], token_key: bytes) -> None:
     """Apply every child (idempotent), set the wanted replica count and write the status known without metrics."""
     meta = body["metadata"]
     uid, namespace = meta["uid"], meta["namespace"]
-    await kube.create_if_absent(children.admin_secret(md, uid, secrets.token_urlsafe(32)))
+    await kube.create_if_absent(children.admin_secret(md, uid, admin_token.derive(token_key, uid)))
     current_cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
     budgets = children.config_map_budgets(md, current_cm)
     await kube.apply(children.config_map(md, uid, budgets))
@@ -429,8 +435,7 @@ class ControlLoop:
         if not pods:
             return
         kube = self.shared.kube
-        secret = await kube.get(object_path("Secret", md.metadata.namespace or "", children.secret_name(md)))
-        token = _secret_value(secret, children.TOKEN_KEY)
+        token = admin_token.derive(self.shared.token_key, body["metadata"]["uid"])  # no Secret read: see admin_token
         admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
         failed = await admin.push_budgets(pods, target, token)
         if failed:
@@ -445,10 +450,3 @@ class ControlLoop:
         reason = f"{verb}DryRun" if decision.dry_run else verb
         message = f"{decision.from_.describe()} -> {decision.to.describe()}: {decision.reason}"
         await self.shared.kube.post_event(body, reason=reason, message=message)
-
-
-def _secret_value(secret: Mapping[str, Any], key: str) -> str:
-    data = (secret.get("data") or {}).get(key)
-    if not data:
-        raise kopf.TemporaryError(f"Secret {secret['metadata']['name']} has no key {key!r}", delay=5)
-    return base64.b64decode(data).decode()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import kopf
 import pytest
 from paged_operator import handlers
 from paged_operator.budget_tuner import Budgets
-from paged_operator.cli import build_parser
+from paged_operator.cli import build_parser, main
 from paged_operator.kube_io import ApiError, KubeApi, collection_path, object_path
 from paged_operator.policy_config import controller_spec
 from paged_platform.api import ModelDeployment
@@ -59,14 +60,22 @@ def test_policy_state_survives_spec_changes_and_the_tuner_follows_the_config_map
     assert loop._state_for(static, Budgets(64, 2048)).tuner is None
 
 
-def test_command_line() -> None:
-    args = build_parser().parse_args(["run", "--standalone", "-n", "a", "-n", "b", "--metrics-port", "9090"])
+def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    key = ["--token-key-file", "/k"]
+    args = build_parser().parse_args(["run", "--standalone", "-n", "a", "-n", "b", "--metrics-port", "9090", *key])
     assert (args.namespace, args.standalone, args.metrics_port, args.all_namespaces) == (["a", "b"], True, 9090, False)
-    for bad in (["run"], ["run", "-A", "-n", "x"], ["run", "-A", "--metrics-port", "70000"]):
+    for bad in (["run", *key], ["run", "-A", "-n", "x", *key], ["run", "-A", "--metrics-port", "70000", *key]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(bad)
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["run", "-A", "--scrape-timeout", "0"])
+        build_parser().parse_args(["run", "-A", "--scrape-timeout", "0", *key])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "-A"])  # no key: the admin tokens could not be derived
+    short = tmp_path / "key"
+    short.write_text("too short")
+    with pytest.raises(SystemExit):
+        main(["run", "-A", "--token-key-file", str(short)])
+    assert "the key has 9 bytes, at least 32 needed" in capsys.readouterr().err
 
 
 def test_api_paths_and_errors() -> None:

@@ -26,6 +26,7 @@ from e2e.cluster.client import KubeClient
 from tests.operator_k8s.helpers import md_path, model_deployment
 
 pytestmark = pytest.mark.k8s
+KEY = b"k" * 32  # the admin tokens' key
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ async def test_a_spec_edit_racing_a_scaling_decision_keeps_both(
     ns, name = kube_namespace, "race"
     kube_admin.create(md_path(ns), model_deployment(name, replicas={"min": 1, "max": 6}))
     first = kube_admin.get(md_path(ns, name))
-    await handlers.apply_children(kube, handlers._parse(first), first)
+    await handlers.apply_children(kube, handlers._parse(first), first, KEY)
     assert kube_admin.get(deployment_path(ns, name))["spec"]["replicas"] == 1
     reconciled = kube_admin.get(md_path(ns, name))  # status: generation 1 observed, 1 replica desired
 
@@ -86,7 +87,7 @@ async def test_a_spec_edit_racing_a_scaling_decision_keeps_both(
     edited = kube_admin.get(md_path(ns, name))  # what kopf hands reconcile: the new spec, 1 replica desired
     assert await decide_and_scale(kube, reconciled, 3) == 3
     assert edited["status"]["desiredReplicas"] == 1
-    await handlers.apply_children(kube, handlers._parse(edited), edited)
+    await handlers.apply_children(kube, handlers._parse(edited), edited, KEY)
 
     assert kube_admin.get(deployment_path(ns, name))["spec"]["replicas"] == 3  # the decision is not undone
     status = read_status(kube_admin.get(md_path(ns, name)))
@@ -104,7 +105,7 @@ async def test_a_spec_edit_racing_a_scaling_decision_keeps_both(
     # Lowered bounds: reconcile moves the live count into them, from the live count, not from the status.
     kube_admin.patch(md_path(ns, name), {"spec": {"replicas": {"max": 2}}})
     lowered = kube_admin.get(md_path(ns, name))
-    await handlers.apply_children(kube, handlers._parse(lowered), lowered)
+    await handlers.apply_children(kube, handlers._parse(lowered), lowered, KEY)
     assert kube_admin.get(deployment_path(ns, name))["spec"]["replicas"] == 2
 
 
@@ -115,14 +116,14 @@ async def test_concurrent_edits_and_decisions_converge(
     ns, name = kube_namespace, "storm"
     kube_admin.create(md_path(ns), model_deployment(name, replicas={"min": 1, "max": 8}))
     body = kube_admin.get(md_path(ns, name))
-    await handlers.apply_children(kube, handlers._parse(body), body)
+    await handlers.apply_children(kube, handlers._parse(body), body, KEY)
     landed = []
     for round_ in range(6):
         kube_admin.patch(md_path(ns, name), {"spec": {"engine": {"extraArgs": ["--seed", str(round_)]}}})
         edited = kube_admin.get(md_path(ns, name))
         stale = copy.deepcopy(body)  # the loop's copy from before the edit
         _, written = await asyncio.gather(
-            handlers.apply_children(kube, handlers._parse(edited), edited),
+            handlers.apply_children(kube, handlers._parse(edited), edited, KEY),
             decide_and_scale(kube, stale, 2 + round_),
         )
         if written is not None:
