@@ -161,13 +161,27 @@ def _recorded(body: Mapping[str, Any]) -> int | None:
     return status.desired_replicas if status.observed_generation is not None else None
 
 
-def owns_replicas(deployment: Mapping[str, Any]) -> bool:
-    """Whether the operator's replica field manager has set ``spec.replicas`` of this Deployment before."""
+def replicas_owner(deployment: Mapping[str, Any]) -> str | None:
+    """The field manager that set ``spec.replicas`` of this Deployment last (None: nobody, it was defaulted)."""
     for entry in (deployment.get("metadata") or {}).get("managedFields") or []:
-        spec_fields = (entry.get("fieldsV1") or {}).get("f:spec") or {}
-        if entry.get("manager") == REPLICAS_FIELD_MANAGER and "f:replicas" in spec_fields:
-            return True
-    return False
+        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
+            return entry.get("manager")
+    return None
+
+
+def owns_replicas(deployment: Mapping[str, Any]) -> bool:
+    """Whether the operator's replica field manager has set ``spec.replicas`` of this Deployment last."""
+    return replicas_owner(deployment) == REPLICAS_FIELD_MANAGER
+
+
+def scaled_externally(md: ModelDeployment, deployment: Mapping[str, Any]) -> bool:
+    """Autoscaling is off and someone else (an HPA or KEDA on the engine Deployment, ``kubectl scale
+    deployment``) has set the count: it is theirs, and the operator no longer writes it.
+
+    With autoscaling on, the operator is the count's only writer and sets a foreign count back.
+    """
+    owner = replicas_owner(deployment)
+    return not md.spec.autoscaling.enabled and owner not in (None, REPLICAS_FIELD_MANAGER)
 
 
 async def _reject(kube: KubeApi, body: Mapping[str, Any], exc: ValidationError) -> None:
@@ -227,14 +241,15 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
     await kube.apply(children.pod_disruption_budget(md, uid))
     deployment = await kube.apply(children.deployment(md, uid))
     owned, recorded = owns_replicas(deployment), _recorded(body)
-    # A compare-and-swap from the live count: a scaling decision the control loop made since is kept, not undone.
-    _, deployment = await set_replicas(
-        kube,
-        md,
-        deployment,
-        lambda live: desired_replicas(md, live, owned=owned, recorded=recorded),
-        take_ownership=not owned,
-    )
+    if not scaled_externally(md, deployment):
+        # A compare-and-swap from the live count: a scaling decision the control loop made since is kept.
+        _, deployment = await set_replicas(
+            kube,
+            md,
+            deployment,
+            lambda live: desired_replicas(md, live, owned=owned, recorded=recorded),
+            take_ownership=not owned,
+        )
     desired = (deployment.get("spec") or {}).get("replicas", 0)
 
     generation = meta.get("generation")
@@ -364,14 +379,18 @@ class ControlLoop:
         owned = mine and md.spec.autoscaling.enabled
         kept = desired_replicas(md, current, owned=owned, recorded=_recorded(body))
 
+        external = scaled_externally(md, deployment)
+
         def choose(live: int | None) -> int | None:
+            if external:
+                return None  # autoscaling off and an external scaler owns the count
             if not owned:  # someone else scaled the Deployment (or autoscaling is off): the operator's count again
                 return kept
             # The plan was made for ``current``: a count the operator set since (reconcile moving it into new
             # bounds) wins, and the next decision starts from it.
             return plan.replicas if live == current else None
 
-        _, deployment = await set_replicas(kube, md, deployment, choose, take_ownership=not mine)
+        _, deployment = await set_replicas(kube, md, deployment, choose, take_ownership=not (mine or external))
         desired = (deployment.get("spec") or {}).get("replicas", 0)
         scale = status_builder.scale_decision(plan, current, now)
         if plan.replicas is not None and desired != plan.replicas:
@@ -411,9 +430,8 @@ class ControlLoop:
                 value = status_builder.ConditionValue(cond.status, cond.reason, cond.message)  # type: ignore[arg-type]
                 _set(status, cond.type, value, now, generation)
             if plan.scale is None:
-                off = status_builder.ConditionValue(
-                    "False", "AutoscalingDisabled", f"{desired} replicas (replicas.min)"
-                )
+                who = f"set by {replicas_owner(deployment)}" if external else "replicas.min"
+                off = status_builder.ConditionValue("False", "AutoscalingDisabled", f"{desired} replicas ({who})")
                 _set(status, "ScalingLimited", off, now, generation)
 
         await update_status(kube, body, observed)

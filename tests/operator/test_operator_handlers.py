@@ -41,6 +41,12 @@ def test_replica_ownership_is_read_from_managed_fields() -> None:
     assert handlers.owns_replicas(dep("paged-operator-replicas", {"f:spec": {"f:replicas": {}}}))
     assert not handlers.owns_replicas(dep("paged-operator", {"f:spec": {"f:template": {}}}))
     assert not handlers.owns_replicas({"metadata": {}})
+    hpa = dep("kube-controller-manager", {"f:spec": {"f:replicas": {}}})
+    assert handlers.replicas_owner(hpa) == "kube-controller-manager"
+    manual = md(autoscaling={"enabled": False})
+    assert handlers.scaled_externally(manual, hpa)  # autoscaling off: the HPA's count is left alone
+    assert not handlers.scaled_externally(md(), hpa)  # autoscaling on: the operator sets it back
+    assert not handlers.scaled_externally(manual, {"metadata": {}})  # just created: the operator sets replicas.min
 
 
 ADAPTIVE = {"maxNumSeqs": 16, "maxNumBatchedTokens": 1024, "adaptive": {"enabled": True}}
