@@ -11,6 +11,14 @@ signal with a tolerance band and asymmetric stabilisation windows, and Knative's
   ``ready × value / target``; the queue instead uses arrivals over completions (``_queue_signal``).
   The largest demand wins, because any one saturated resource is enough to hurt users. A
   scale-down keeps ``tolerance`` headroom, and one that had to be undone leaves a floor behind.
+* **Scale-down by served rate, not only by utilisation.** KV usage is convex in load (Little's law:
+  more load also means longer requests, as the batch slows every step), so ``ready × kv / target``
+  asks for far too few replicas at low utilisation (4 pods at KV 0.11 serve 8 requests/s, which one
+  pod cannot). The ``arrival_rate`` signal is the fleet's arrival rate over the highest per-replica
+  completion rate seen near (just under) the targets (within ``capacity_memory_s``): a rate one replica
+  is known to serve on target. It is a lower bound on capacity, so it never asks for more than the
+  current count (that is the other signals' job) and only stops scale-downs below what was seen to
+  work; being a measurement, not a projection, it gets no scale-down headroom.
 * **Missing pods are not idle pods.** Per-replica values are means over the pods that answered,
   scaled to the ready count. When too few answered (``FleetView.degraded``) it may scale up
   but never down, since a partial view can hide load, not invent it. Nor does it scale down
@@ -50,6 +58,7 @@ class ScalingLimit(StrEnum):
 
     AT_MAX = "AtMaxReplicas"
     AT_MIN = "AtMinReplicas"
+    INSUFFICIENT_RESOURCES = "InsufficientResources"  # set by ``controller_logic``: pods the scheduler cannot place
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,8 @@ class AutoscalingPolicySpec:
     panic_hold_s: how long panic mode lasts after the last burst sample (no scale-down meanwhile).
     scale_down_memory_s: how long a count that a scale-down proved too small (it had to be undone
         within the down-window) stays the floor for later scale-downs.
+    capacity_memory_s: how long a per-replica completion rate observed near the targets counts as
+        what one replica serves (the ``arrival_rate`` signal's target); 0 turns that signal off.
     dry_run: decide and report, but the controller must not change the replica count.
     """
 
@@ -93,6 +104,7 @@ class AutoscalingPolicySpec:
     panic_window_s: float = 30.0
     panic_hold_s: float = 60.0
     scale_down_memory_s: float = 3600.0
+    capacity_memory_s: float = 3600.0
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -111,7 +123,13 @@ class AutoscalingPolicySpec:
             raise ValueError(f"ttft_p95_slo_s must be positive when set, got {self.ttft_p95_slo_s}")
         if not 0.0 <= self.tolerance < 1.0:
             raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance}")
-        for name in ("stabilization_window_up_s", "stabilization_window_down_s", "panic_hold_s", "scale_down_memory_s"):
+        for name in (
+            "stabilization_window_up_s",
+            "stabilization_window_down_s",
+            "panic_hold_s",
+            "scale_down_memory_s",
+            "capacity_memory_s",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
         if self.max_step_up < 1 or self.max_step_down < 1:
@@ -152,16 +170,21 @@ class AutoscalerState:
     load, so the projection was wrong); the count it came from becomes a floor for
     ``scale_down_memory_s``, which turns a would-be periodic flap into one correction; proven again
     for the same count after it expired, the floor is held twice as long (probes 1, 2, 4, ...
-    hours apart with the default).
+    hours apart with the default). The proof holds for the load it was made at: once demand falls
+    more than ``tolerance`` below the largest demand of the down-window that scale-down was decided
+    in (a diurnal trough after the peak), the floor no longer applies; a new undone scale-down sets a new one.
+    ``capacity``: per-replica completion rates seen near the targets (``capacity_on_target``).
     """
 
     history: tuple[Recommendation, ...] = ()
     panic_until: float | None = None
     first_seen: float | None = None
-    last_down: tuple[float, int, int] | None = None  # (time, from, to) of the last scale-down decided
+    last_down: tuple[float, int, int, float] | None = None  # (time, from, to, demand) of the last scale-down
     floor: int | None = None  # a count proved necessary by an undone scale-down ...
     floor_until: float | None = None  # ... and until when it holds
     floor_memory_s: float | None = None  # how long the last floor was held (doubles when re-proven)
+    floor_demand: float | None = None  # the demand the failed scale-down was decided at
+    capacity: tuple[tuple[float, float], ...] = ()  # (time, served/s per replica on target), rates decreasing
 
 
 @dataclass(frozen=True)
@@ -197,8 +220,18 @@ class ScaleDecision:
         return self.desired - self.current
 
 
-def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int, starting: int = 0) -> tuple[Signal, ...]:
+def compute_signals(
+    spec: AutoscalingPolicySpec,
+    view: FleetView,
+    ready: int,
+    starting: int = 0,
+    *,
+    served_on_target: float | None = None,
+) -> tuple[Signal, ...]:
     """Per-signal demand in replicas on ``ready`` replicas; signals without data yet (rates, TTFT) are left out.
+
+    ``served_on_target``: requests/s one replica was seen to serve on target (``capacity_on_target``);
+    with it, the ``arrival_rate`` signal, capped at the current count (it only holds scale-downs).
 
     Preemptions are not proportional to missing capacity (they vanish once sequences fit), and while
     pods are starting they are expected on the pods carrying the load: so with pods starting their
@@ -208,7 +241,7 @@ def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int, st
     usage_target = spec.target_kv_usage
     signals = [
         Signal("kv_cache_usage", view.kv_usage_mean, usage_target, ready * view.kv_usage_mean / usage_target),
-        _queue_signal(spec, view, ready, starting),
+        _queue_signal(spec, view, ready, starting, served_on_target),
     ]
     if view.seq_budget_usage is not None:
         slots = view.seq_budget_usage
@@ -224,6 +257,11 @@ def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int, st
                 min(demand, ready + starting) if starting else demand,
             )
         )
+    arrival = view.arrival_rate_per_replica
+    if served_on_target and arrival is not None:
+        # Measured, not projected: no scale-down headroom (``_replicas_for`` adds it to every demand, so divide it out).
+        demand = min(ready * arrival / served_on_target / (1.0 + spec.tolerance), float(ready + starting))
+        signals.append(Signal("arrival_rate", arrival, served_on_target, demand))
     if spec.ttft_p95_slo_s is not None and view.ttft_p95_s is not None:
         slo = spec.ttft_p95_slo_s
         demand = ready * view.ttft_p95_s / slo
@@ -233,7 +271,9 @@ def compute_signals(spec: AutoscalingPolicySpec, view: FleetView, ready: int, st
     return tuple(signals)
 
 
-def _queue_signal(spec: AutoscalingPolicySpec, view: FleetView, ready: int, starting: int) -> Signal:
+def _queue_signal(
+    spec: AutoscalingPolicySpec, view: FleetView, ready: int, starting: int, served_on_target: float | None
+) -> Signal:
     """Demand from the scheduler queues.
 
     A queue above target says *that* capacity is missing; its length says little about *how much*,
@@ -242,7 +282,8 @@ def _queue_signal(spec: AutoscalingPolicySpec, view: FleetView, ready: int, star
 
     * below target: that ratio (at most the ready count, so it never asks for more);
     * above target, with completions observed: the fleet's arrival rate over what one replica serves
-      (the fastest pod's completion rate: a saturated pod completes at capacity), plus enough to work
+      (the rate one replica was seen to serve near the KV target, ``served_on_target``; before there is
+      one, the fastest pod's completion rate: a saturated pod completes at capacity), plus enough to work
       off the median pod's excess backlog within ``queue_drain_s`` (a queue stuck on one engine
       cannot move to new replicas). A queue that grows needs ``arrival / served`` replicas however
       long it already is; one that no longer grows needs only the drain term. While pods are
@@ -251,7 +292,7 @@ def _queue_signal(spec: AutoscalingPolicySpec, view: FleetView, ready: int, star
     * above target without completions yet (first round): one replica more than are ready.
     """
     waiting, target = view.waiting_per_replica, spec.target_waiting_per_replica
-    arrival, served = view.arrival_rate_per_replica, view.completion_rate_peak
+    arrival, served = view.arrival_rate_per_replica, served_on_target or view.completion_rate_peak
     if waiting <= target:
         return Signal("waiting_per_replica", waiting, target, ready * waiting / target)
     if arrival is None or not served:
@@ -260,6 +301,32 @@ def _queue_signal(spec: AutoscalingPolicySpec, view: FleetView, ready: int, star
     backlog = max(0.0, view.waiting_median - target) * ready
     drain = backlog / (served * spec.queue_drain_s) if starting == 0 else 0.0
     return Signal("waiting_per_replica", waiting, target, ready * arrival / served + drain)
+
+
+def capacity_on_target(
+    spec: AutoscalingPolicySpec, known: tuple[tuple[float, float], ...], view: FleetView, now: float
+) -> tuple[tuple[float, float], ...]:
+    """Remember this view's per-replica served rate if the fleet ran on target, steadily (KV within the
+    tolerance under its target, the queue at or under its own, arrivals matching completions, enough pods
+    answering).
+
+    Returns the rates still remembered, highest first: a monotonic queue, where a rate is dropped once a
+    higher, newer one is seen, since it can no longer be the maximum.
+    """
+    kept = tuple((t, r) for t, r in known if t > now - spec.capacity_memory_s)
+    # Steady state only (arrivals and completions within the tolerance of each other): completions overstate
+    # what a replica serves while a backlog drains, and both understate it while new pods take their share.
+    done, arriving = view.completion_rate_per_replica, view.arrival_rate_per_replica
+    steady = done is not None and arriving is not None and abs(arriving - done) <= spec.tolerance * max(done, arriving)
+    rate = min(done, arriving) if steady and done is not None and arriving is not None else None
+    # Near the KV target only: a rate seen far below it says little about what a replica serves at the target
+    # (and, as the signal's target, would pin an oversized fleet where it is).
+    # Within the tolerance band, so the lower bound is as tight as the band the autoscaler keeps anyway.
+    near = spec.target_kv_usage * (1.0 - spec.tolerance) <= view.kv_usage_mean <= spec.target_kv_usage
+    on_target = near and view.waiting_per_replica <= spec.target_waiting_per_replica
+    if spec.capacity_memory_s <= 0 or rate is None or not rate > 0 or not on_target or view.degraded:
+        return kept
+    return (*(k for k in kept if k[1] > rate), (now, rate))
 
 
 def _replicas_for(demand: float, capacity: int, tolerance: float) -> int:
@@ -310,7 +377,9 @@ def decide(
         ), held
 
     degraded = view.degraded
-    signals = compute_signals(spec, view, ready, starting)
+    capacity_seen = capacity_on_target(spec, state.capacity, view, now)
+    served = capacity_seen[0][1] if capacity_seen else None
+    signals = compute_signals(spec, view, ready, starting, served_on_target=served)
     top = max(signals, key=lambda s: s.demand)
     raw = spec.clamp(_replicas_for(top.demand, capacity, spec.tolerance))
     load = [s for s in signals if s.name in BURST_SIGNALS]
@@ -331,6 +400,10 @@ def decide(
     panic = panic_until is not None
     first_seen = state.first_seen if state.first_seen is not None else now
     floor = state.floor if state.floor_until is not None and now < state.floor_until else None
+    window_demand = max(r.demand for r in within(spec.stabilization_window_down_s))
+    proven_at = state.floor_demand
+    if floor is not None and proven_at is not None and window_demand < proven_at * (1 - spec.tolerance):
+        floor = None  # load fell clearly below the level the floor was proven at
 
     notes: list[str] = []
     if panic:
@@ -369,16 +442,19 @@ def decide(
         notes.append(f"step limited to {stepped - capacity:+d}")
     last_down, memory = state.last_down, state.floor_memory_s
     kept_floor, floor_until = state.floor, state.floor_until  # kept after expiry: a re-proof doubles the memory
+    floor_demand = state.floor_demand
     if stepped < capacity:
-        last_down = (now, capacity, stepped)
+        last_down = (now, capacity, stepped, window_demand)
     elif stepped > capacity and last_down is not None:
-        down_time, down_from, down_to = last_down
+        down_time, down_from, down_to, down_demand = last_down
         if down_to == capacity and now - down_time <= spec.stabilization_window_down_s:
             again = kept_floor == down_from and memory is not None
             memory = 2 * memory if again and memory is not None else spec.scale_down_memory_s
-            kept_floor, floor_until, last_down = down_from, now + memory, None
+            kept_floor, floor_until, last_down, floor_demand = down_from, now + memory, None, down_demand
             notes.append(f"scale-down {down_from} → {down_to} undone: {down_from} is a floor for {memory:g} s")
-    new_state = AutoscalerState(history, panic_until, first_seen, last_down, kept_floor, floor_until, memory)
+    new_state = AutoscalerState(
+        history, panic_until, first_seen, last_down, kept_floor, floor_until, memory, floor_demand, capacity_seen
+    )
     reason = f"{top.describe(ready)} → {raw}"
     if notes:
         reason += f"; {'; '.join(notes)}"

@@ -212,9 +212,7 @@ def decide(spec: BudgetSpec, state: TunerState, view: FleetView | None, now: flo
             else f"max_num_seqs {seqs} binds ({view.running_per_replica:.3g} running per replica) with KV usage "
             f"{kv:.2f} < {spec.kv_high_water:g}"
         ) + f" and {waiting:.3g} requests waiting per replica"
-        ceiling = min(spec.max_num_seqs, tokens)
-        if state.storm_level is not None and state.storm_until is not None and now < state.storm_until:
-            ceiling = min(ceiling, state.storm_level - spec.increase_step)
+        ceiling = seq_ceiling(spec, state, now)
         wanted = seqs + spec.increase_step
         if bound and kv < spec.kv_low_water:
             # KV usage grows with the running batch: jump straight to where it would reach the low-water mark
@@ -259,6 +257,15 @@ def decide(spec: BudgetSpec, state: TunerState, view: FleetView | None, now: flo
     return TuneDecision(
         None, f"{idle_note}budgets {_fmt(current)} unchanged: KV usage {kv:.2f}, preemptions {rate:.3g}/s per replica"
     )
+
+
+def seq_ceiling(spec: BudgetSpec, state: TunerState, now: float) -> int:
+    """The highest ``max_num_seqs`` the tuner would raise to now: its bound, the token budget, and one step
+    below a remembered storm."""
+    ceiling = min(spec.max_num_seqs, state.budgets.max_num_batched_tokens)
+    if state.storm_level is not None and state.storm_until is not None and now < state.storm_until:
+        ceiling = min(ceiling, state.storm_level - spec.increase_step)
+    return ceiling
 
 
 def applied(spec: BudgetSpec, state: TunerState, decision: TuneDecision, now: float) -> TunerState:

@@ -10,10 +10,11 @@ import argparse
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 
 import kopf
 
-from paged_operator import health
+from paged_operator import admin_token, health
 from paged_operator.handlers import Options, Shared
 
 
@@ -54,20 +55,39 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--scrape-timeout", type=_positive, default=2.0, help="seconds per engine /ready, /metrics call")
     run.add_argument("--watch-timeout", type=_positive, default=300.0, help="seconds before a watch is renewed")
     run.add_argument("--request-timeout", type=_positive, default=30.0, help="seconds per API-server request")
+    run.add_argument(
+        "--token-key-file",
+        type=Path,
+        required=True,
+        help="file with the key (>= 32 bytes) the engines' admin tokens are derived from; the chart mounts its Secret",
+    )
+    run.add_argument(
+        "--pending-timeout",
+        type=_positive,
+        default=120.0,
+        help="seconds a pod may stay unschedulable before it counts as missing capacity (InsufficientResources)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     kopf.configure(debug=args.log_level == "debug", quiet=args.log_level in ("warning", "error"))
     if args.log_level == "error":
         logging.getLogger().setLevel(logging.ERROR)
     if args.metrics_port is not None:
         health.serve_metrics(args.metrics_port, args.metrics_address)
+    try:
+        token_key = admin_token.load_key(args.token_key_file)
+    except admin_token.TokenKeyError as exc:
+        parser.error(str(exc))
     options = Options(
         scrape_timeout_s=args.scrape_timeout,
         watch_timeout_s=int(args.watch_timeout),
         request_timeout_s=args.request_timeout,
+        pending_timeout_s=args.pending_timeout,
+        token_key=token_key,
         clusterwide=args.all_namespaces,
     )
     with contextlib.suppress(KeyboardInterrupt):

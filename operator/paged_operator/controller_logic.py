@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from paged_operator import autoscaler, budget_tuner
 from paged_operator.arbiter import Action, ArbiterSpec, ArbiterState, Verdict, arbitrate
-from paged_operator.autoscaler import AutoscalerState, AutoscalingPolicySpec, ScaleDecision
+from paged_operator.autoscaler import AutoscalerState, AutoscalingPolicySpec, ScaleDecision, ScalingLimit
 from paged_operator.budget_tuner import Budgets, BudgetSpec, TuneDecision, TunerState
 from paged_operator.metrics import EngineSample, FleetView, SampleWindow, fleet_view, is_degraded
 
@@ -73,13 +73,18 @@ def initial_state(spec: ControllerSpec, budgets: Budgets | None) -> ControllerSt
 
 @dataclass(frozen=True)
 class Observation:
-    """One scrape round: who is ready, who is starting, what answered and what did not (pod → error)."""
+    """One scrape round: who is ready, who is starting, what answered and what did not (pod → error).
+
+    ``unschedulable``: pods the scheduler has not placed for too long (pod → its message). They are not in
+    ``starting``: no capacity is on its way from them.
+    """
 
     time: float
     ready_pods: tuple[str, ...]
     starting: int
     samples: tuple[EngineSample, ...]
     failures: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -144,12 +149,14 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
         scale, scaler_state = autoscaler.decide(
             spec.autoscaling,
             state.autoscaler,
-            _slots_at_tuner_bound(spec, state, view),
+            _slots_at_tuner_bound(spec, state, view, obs.time),
             ready=ready,
             starting=obs.starting,
             now=obs.time,
         )
     capacity = ready + obs.starting
+    if scale is not None and obs.unschedulable and scale.desired > capacity:
+        scale = _no_more_than_schedules(scale, obs.unschedulable, capacity)
     hold = ScaleDecision(desired=capacity, current=capacity, reason="autoscaling disabled")
     competing = scale if scale is not None and not scale.dry_run else hold
 
@@ -193,16 +200,38 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
     return plan, new_state
 
 
-def _slots_at_tuner_bound(spec: ControllerSpec, state: ControllerState, view: FleetView | None) -> FleetView | None:
-    """The view the autoscaler sees: with the tuner on, sequence slots run short only at its upper bound.
+def _no_more_than_schedules(scale: ScaleDecision, unschedulable: Mapping[str, str], capacity: int) -> ScaleDecision:
+    """No scale-up while replicas already asked for cannot be scheduled: more would only wait with them.
 
-    A binding ``max_num_seqs`` below the bound is the tuner's to raise (instantly, for free), so the
-    autoscaler measures the running batch against the bound; otherwise both would answer the same
-    shortage and the fleet would end with replicas that a larger budget makes unnecessary.
+    The pending pods are kept (a cluster autoscaler adds nodes for pending pods, and they take the load
+    once placed); a scale-down is left alone (the ReplicaSet removes unscheduled pods first).
+    """
+    pod, message = sorted(unschedulable.items())[0]
+    why = (
+        f"{len(unschedulable)} replica(s) cannot be scheduled, so none is added for a wanted {scale.desired} "
+        f"({pod}: {message})"
+    )
+    return replace(
+        scale, desired=capacity, limited=ScalingLimit.INSUFFICIENT_RESOURCES, reason=f"{scale.reason}; {why}"
+    )
+
+
+def _slots_at_tuner_bound(
+    spec: ControllerSpec, state: ControllerState, view: FleetView | None, now: float
+) -> FleetView | None:
+    """The view the autoscaler sees: with the tuner on, sequence slots run short only at what it could raise to.
+
+    A binding ``max_num_seqs`` below that is the tuner's to raise (instantly, for free), so the
+    autoscaler measures the running batch against it; otherwise both would answer the same shortage
+    and the fleet would end with replicas that a larger budget makes unnecessary. What it could raise
+    to is its upper bound, except while a storm is remembered (``budget_tuner.seq_ceiling``): then a
+    binding budget is the capacity there is, and only replicas add more (in simulation, measuring
+    against the bound instead left a standing queue behind the AIMD saw-tooth for most of the day).
     """
     if view is None or view.seq_budget_usage is None or spec.budget is None or state.tuner is None:
         return view
-    share = state.tuner.budgets.max_num_seqs / spec.budget.max_num_seqs
+    ceiling = max(state.tuner.budgets.max_num_seqs, budget_tuner.seq_ceiling(spec.budget, state.tuner, now))
+    share = state.tuner.budgets.max_num_seqs / ceiling
     return replace(view, seq_budget_usage=view.seq_budget_usage * share)
 
 

@@ -1,10 +1,14 @@
 """kopf handlers: thin glue between the API server, the engine pods and the pure policies.
 
-* ``reconcile`` (create / spec update / resume): applies the children with server-side apply, sets the
-  replica count the operator wants, and writes the status it can know without metrics.
+* ``reconcile`` (create / spec update / resume): applies the children with server-side apply, moves the
+  replica count into the (new) bounds, and writes the status it can know without metrics.
 * ``control_loop`` (a daemon per ModelDeployment, every ``autoscaling.intervalSeconds``): lists the engine
   pods, probes and scrapes the serving ones, runs ``controller_logic.decide`` and carries out its plan:
   replicas, budgets (ConfigMap and admin API), status, Events.
+
+Both write the status and the replica count through ``status_writer`` (optimistic concurrency): neither
+overwrites what the other wrote since it read the object, ``observedGeneration`` never goes backwards, and
+reconcile starts from the Deployment's live count, never from a possibly stale ``status.desiredReplicas``.
 
 Errors: an object the API types refuse is a permanent error (reported in the ``Ready`` condition and an
 Event; kopf does not retry it). API and network failures are temporary: ``reconcile`` is retried with
@@ -13,10 +17,8 @@ exponential backoff, the daemon logs the failure and tries again at its next int
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -27,13 +29,14 @@ import kopf
 from paged_platform.api import GROUP, PLURAL, VERSION, Decision, ModelDeployment, ModelDeploymentStatus
 from pydantic import ValidationError
 
-from paged_operator import budget_tuner, children, health, router_children, status_builder
+from paged_operator import admin_token, budget_tuner, children, health, router_children, status_builder
 from paged_operator.budget_tuner import Budgets
 from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide, initial_state
 from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
 from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, object_path
 from paged_operator.policy_config import controller_spec, starting_budgets
 from paged_operator.scrape import PodScraper
+from paged_operator.status_writer import WriteConflict, advance_generation, read_status, set_replicas, update_status
 
 log = logging.getLogger(__name__)
 ANNOTATION_PREFIX = "operator.paged.dev"
@@ -47,7 +50,9 @@ class Options:
     scrape_timeout_s: float = 2.0
     watch_timeout_s: int = 300
     request_timeout_s: float = 30.0
+    pending_timeout_s: float = 120.0
     clusterwide: bool = True
+    token_key: bytes | None = None  # derives the engines' admin tokens (``admin_token``)
 
 
 @dataclass
@@ -73,6 +78,12 @@ class Shared:
         if self._http is None:
             self._http = httpx.AsyncClient(limits=httpx.Limits(max_connections=64))
         return self._http
+
+    @property
+    def token_key(self) -> bytes:
+        if self.options.token_key is None:
+            raise kopf.PermanentError("the operator was started without its token key (--token-key-file)")
+        return self.options.token_key
 
     async def aclose(self) -> None:
         for client in (self._kube, self._http):
@@ -126,30 +137,61 @@ def _parse(body: Mapping[str, Any]) -> ModelDeployment:
     return ModelDeployment.from_wire(obj)
 
 
-def _status(body: Mapping[str, Any]) -> ModelDeploymentStatus:
-    try:
-        return ModelDeploymentStatus.model_validate(dict(body.get("status") or {}))
-    except ValidationError:
-        return ModelDeploymentStatus()  # written by an older operator: start over rather than fail
-
-
 def _backoff(retry: int) -> float:
     return min(MAX_BACKOFF_S, 2.0 ** max(0, retry))
 
 
-def desired_replicas(md: ModelDeployment, status: ModelDeploymentStatus) -> int:
-    """The count the operator keeps: the autoscaler's last choice inside the current bounds, else ``min``."""
+def desired_replicas(md: ModelDeployment, live: int | None, *, owned: bool, recorded: int | None) -> int:
+    """The count the operator keeps, moved into the (possibly new) bounds.
+
+    ``live`` is the Deployment's count, ``owned`` whether the operator wrote it last (``owns_replicas``),
+    ``recorded`` the status' ``desiredReplicas`` (None before the first reconcile). The live count when the
+    operator owns it: it is the autoscaler's latest write, which a status read seconds ago may not show
+    yet. Otherwise (someone else scaled the Deployment, or it was just created and defaulted to 1) the
+    recorded count, or ``replicas.min`` for a new object or with autoscaling off (a fixed count).
+    """
     bounds = md.spec.replicas
-    if not md.spec.autoscaling.enabled or status.observed_generation is None:
+    base = live if owned else recorded
+    if not md.spec.autoscaling.enabled or base is None:
         return bounds.min
-    return min(bounds.max, max(bounds.min, status.desired_replicas))
+    return min(bounds.max, max(bounds.min, base))
+
+
+def _recorded(body: Mapping[str, Any]) -> int | None:
+    status = read_status(body)
+    return status.desired_replicas if status.observed_generation is not None else None
+
+
+def replicas_owner(deployment: Mapping[str, Any]) -> str | None:
+    """The field manager that set ``spec.replicas`` of this Deployment last (None: nobody, it was defaulted)."""
+    for entry in (deployment.get("metadata") or {}).get("managedFields") or []:
+        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
+            return entry.get("manager")
+    return None
+
+
+def owns_replicas(deployment: Mapping[str, Any]) -> bool:
+    """Whether the operator's replica field manager has set ``spec.replicas`` of this Deployment last."""
+    return replicas_owner(deployment) == REPLICAS_FIELD_MANAGER
+
+
+def scaled_externally(md: ModelDeployment, deployment: Mapping[str, Any]) -> bool:
+    """Autoscaling is off and someone else (an HPA or KEDA on the engine Deployment, ``kubectl scale
+    deployment``) has set the count: it is theirs, and the operator no longer writes it.
+
+    With autoscaling on, the operator is the count's only writer and sets a foreign count back.
+    """
+    owner = replicas_owner(deployment)
+    return not md.spec.autoscaling.enabled and owner not in (None, REPLICAS_FIELD_MANAGER)
 
 
 async def _reject(kube: KubeApi, body: Mapping[str, Any], exc: ValidationError) -> None:
     message = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False))
-    status = ModelDeploymentStatus()
-    status.set_condition("Ready", "False", "InvalidSpec", message[:32768], now=_now())
-    await kube.patch_status(body["metadata"]["namespace"], body["metadata"]["name"], status.to_wire())
+
+    def invalid(status: ModelDeploymentStatus, _: Mapping[str, Any]) -> None:
+        status.set_condition("Ready", "False", "InvalidSpec", message[:32768], now=_now())
+
+    await update_status(kube, body, invalid)
     await kube.post_event(body, reason="InvalidSpec", message=message, warning=True)
 
 
@@ -157,7 +199,8 @@ async def _reject(kube: KubeApi, body: Mapping[str, Any], exc: ValidationError) 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
-    kube = _shared(memo).kube
+    shared = _shared(memo)
+    kube = shared.kube
     with health.timed("reconcile"):
         try:
             md = _parse(body)
@@ -165,7 +208,7 @@ async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
             await _reject(kube, body, exc)
             raise kopf.PermanentError(f"invalid ModelDeployment: {exc.error_count()} error(s)") from None
         try:
-            await apply_children(kube, md, dict(body))
+            await apply_children(kube, md, dict(body), shared.token_key)
         except ApiError as exc:
             if exc.code == 422:  # the API server refused a child we built: retrying cannot help
                 await kube.post_event(body, reason="ApplyRefused", message=str(exc), warning=True)
@@ -175,6 +218,8 @@ async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
         except httpx.HTTPError as exc:
             raise kopf.TemporaryError(f"API server unreachable: {exc}", delay=_backoff(retry)) from exc
+        except WriteConflict as exc:
+            raise kopf.TemporaryError(str(exc), delay=_backoff(retry)) from exc
 
 
 async def _warn(kube: KubeApi, body: Mapping[str, Any], reason: str, message: str) -> None:
@@ -185,24 +230,32 @@ async def _warn(kube: KubeApi, body: Mapping[str, Any], reason: str, message: st
         log.warning("could not post event %s: %s", reason, exc)
 
 
-async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, Any]) -> None:
+async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, Any], token_key: bytes) -> None:
     """Apply every child (idempotent), set the wanted replica count and write the status known without metrics."""
     meta = body["metadata"]
     uid, namespace = meta["uid"], meta["namespace"]
-    await kube.create_if_absent(children.admin_secret(md, uid, secrets.token_urlsafe(32)))
+    await kube.create_if_absent(children.admin_secret(md, uid, admin_token.derive(token_key, uid)))
     current_cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
     budgets = children.config_map_budgets(md, current_cm)
     await kube.apply(children.config_map(md, uid, budgets))
     await kube.apply(children.service(md, uid))
     await kube.apply(children.pod_disruption_budget(md, uid))
-    await kube.apply(children.deployment(md, uid))
+    deployment = await kube.apply(children.deployment(md, uid))
     await apply_router(kube, md, uid)
-    status = _status(body)
-    desired = desired_replicas(md, status)
-    deployment = await kube.apply(children.replicas_patch(md, desired), field_manager=REPLICAS_FIELD_MANAGER)
+    owned, recorded = owns_replicas(deployment), _recorded(body)
+    if not scaled_externally(md, deployment):
+        # A compare-and-swap from the live count: a scaling decision the control loop made since is kept.
+        _, deployment = await set_replicas(
+            kube,
+            md,
+            deployment,
+            lambda live: desired_replicas(md, live, owned=owned, recorded=recorded),
+            take_ownership=not owned,
+        )
+    desired = (deployment.get("spec") or {}).get("replicas", 0)
 
     generation = meta.get("generation")
-    if status.observed_generation != generation:
+    if read_status(body).observed_generation != generation:
         await kube.post_event(
             body,
             reason="Applied",
@@ -210,19 +263,25 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
             f" ({desired} replicas, budgets {budgets.max_num_seqs}/{budgets.max_num_batched_tokens})",
         )
     now = _now()
-    status.observed_generation = generation
-    status.desired_replicas = desired
-    status.selector = children.selector_string(md)
-    status.endpoint = children.endpoint(md)
-    status.budget = status.budget or status_builder.budget_state(budgets)
     dep_status = deployment.get("status") or {}
-    status.replicas = dep_status.get("replicas", 0)
-    status.ready_replicas = dep_status.get("readyReplicas", 0)
-    health.observe_fleet(namespace, md.metadata.name, md.spec, desired, status.ready_replicas)
-    _set(status, "Progressing", status_builder.progressing_condition(deployment, desired), now, generation)
-    ready = status_builder.ready_condition(status.ready_replicas, desired, md.spec.replicas.min)
-    _set(status, "Ready", ready, now, generation)
-    await kube.patch_status(namespace, md.metadata.name, status.to_wire())
+    progressing = status_builder.progressing_condition(deployment, desired)
+
+    def applied(status: ModelDeploymentStatus, _: Mapping[str, Any]) -> None:
+        if generation is not None and (status.observed_generation or 0) > generation:
+            return  # a reconcile of a newer generation already wrote: nothing older to add
+        advance_generation(status, generation)
+        status.desired_replicas = desired
+        status.selector = children.selector_string(md)
+        status.endpoint = children.endpoint(md)
+        status.budget = status.budget or status_builder.budget_state(budgets)
+        status.replicas = dep_status.get("replicas", 0)
+        status.ready_replicas = dep_status.get("readyReplicas", 0)
+        _set(status, "Progressing", progressing, now, generation)
+        ready = status_builder.ready_condition(status.ready_replicas, desired, md.spec.replicas.min)
+        _set(status, "Ready", ready, now, generation)
+
+    written = await update_status(kube, body, applied)
+    health.observe_fleet(namespace, md.metadata.name, md.spec, desired, written.ready_replicas)
 
 
 async def apply_router(kube: KubeApi, md: ModelDeployment, uid: str) -> None:
@@ -265,7 +324,7 @@ async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, 
                 await loop.tick(md, snapshot)
         except ValidationError:
             pass  # reported by ``reconcile``; nothing to decide on
-        except (ApiError, httpx.HTTPError, kopf.TemporaryError) as exc:
+        except (ApiError, httpx.HTTPError, kopf.TemporaryError, WriteConflict) as exc:
             logger.warning(f"decision skipped, retrying in {interval:g} s: {exc}")
         await stopped.wait(interval)
 
@@ -315,27 +374,43 @@ class ControlLoop:
         scraped = await scraper.collect([p.metrics_target for p in serving])
         if scraped.failures:
             health.SCRAPE_FAILURES.labels(namespace).inc(len(scraped.failures))
-        status = _status(body)
-        desired = desired_replicas(md, status)
-        # Pods beyond the count the operator set (someone else scaled the Deployment) are not capacity it plans
-        # with: they are about to go.
+        current = (deployment.get("spec") or {}).get("replicas", 0)
+        stuck = status_builder.unschedulable_pods(alive, _now(), self.shared.options.pending_timeout_s)
+        # Pods beyond the Deployment's count (it was just scaled down) are not capacity to plan with: they are
+        # about to go; nor are pods the scheduler cannot place.
         obs = Observation(
             time=scraped.time,
             ready_pods=tuple(p.name for p in serving),
-            starting=max(0, min(len(alive), desired) - len(serving)),
+            starting=max(0, min(len(alive), current) - len(stuck) - len(serving)),
             samples=scraped.samples,
             failures=scraped.failures,
+            unschedulable=stuck,
         )
         plan, state = decide(spec, state, obs)
         self.state = state
 
         now = _now()
-        current = (deployment.get("spec") or {}).get("replicas", 0)
+        mine = owns_replicas(deployment)
+        owned = mine and md.spec.autoscaling.enabled
+        kept = desired_replicas(md, current, owned=owned, recorded=_recorded(body))
+
+        external = scaled_externally(md, deployment)
+
+        def choose(live: int | None) -> int | None:
+            if external:
+                return None  # autoscaling off and an external scaler owns the count
+            if not owned:  # someone else scaled the Deployment (or autoscaling is off): the operator's count again
+                return kept
+            # The plan was made for ``current``: a count the operator set since (reconcile moving it into new
+            # bounds) wins, and the next decision starts from it.
+            return plan.replicas if live == current else None
+
+        _, deployment = await set_replicas(kube, md, deployment, choose, take_ownership=not (mine or external))
+        desired = (deployment.get("spec") or {}).get("replicas", 0)
         scale = status_builder.scale_decision(plan, current, now)
-        if plan.replicas is not None:
-            desired = plan.replicas
-        if desired != current:
-            deployment = await kube.apply(children.replicas_patch(md, desired), field_manager=REPLICAS_FIELD_MANAGER)
+        if plan.replicas is not None and desired != plan.replicas:
+            log.info("%s/%s: scaling to %s dropped: the count is %s now", namespace, name, plan.replicas, desired)
+            scale = None
 
         in_force = budgets
         tuned = status_builder.budget_decision(plan, budgets, now)
@@ -345,31 +420,39 @@ class ControlLoop:
         target = plan.target_budgets or starting_budgets(md.spec)
         await self._push(md, body, serving, plan, target)
 
-        for decision in (scale, tuned):
-            if decision is not None and not status_builder.is_repeat(status, decision):
-                await self._record(body, status, decision, plan)
-
-        status.desired_replicas = desired
-        status.replicas = len(alive)
-        status.ready_replicas = len(serving)
-        health.observe_fleet(namespace, name, md.spec, desired, status.ready_replicas)
-        status.selector = children.selector_string(md)
-        status.endpoint = children.endpoint(md)
-        status.budget = status_builder.budget_state(in_force)
-        if plan.view is not None and plan.view.reporting:
-            status.metrics = status_builder.metrics_snapshot(plan.view, now)
-        generation = status.observed_generation
         progressing = status_builder.progressing_condition(deployment, desired)
         ready = status_builder.ready_condition(len(serving), desired, md.spec.replicas.min)
-        _set(status, "Progressing", progressing, now, generation)
-        _set(status, "Ready", ready, now, generation)
-        for cond in plan.conditions:
-            value = status_builder.ConditionValue(cond.status, cond.reason, cond.message)  # type: ignore[arg-type]
-            _set(status, cond.type, value, now, generation)
-        if plan.scale is None:
-            off = status_builder.ConditionValue("False", "AutoscalingDisabled", f"{desired} replicas (replicas.min)")
-            _set(status, "ScalingLimited", off, now, generation)
-        await kube.patch_status(namespace, name, status.to_wire())
+        recorded: list[Decision] = []
+
+        def observed(status: ModelDeploymentStatus, _: Mapping[str, Any]) -> None:
+            recorded.clear()  # runs again after a conflict, on the fresh status
+            for decision in (scale, tuned):
+                if decision is not None and not status_builder.is_repeat(status, decision):
+                    status.record_decision(decision)
+                    recorded.append(decision)
+            status.desired_replicas = desired
+            status.replicas = len(alive)
+            status.ready_replicas = len(serving)
+            status.selector = children.selector_string(md)
+            status.endpoint = children.endpoint(md)
+            status.budget = status_builder.budget_state(in_force)
+            if plan.view is not None and plan.view.reporting:
+                status.metrics = status_builder.metrics_snapshot(plan.view, now)
+            generation = status.observed_generation  # the fresh one: conditions never claim an older generation
+            _set(status, "Progressing", progressing, now, generation)
+            _set(status, "Ready", ready, now, generation)
+            for cond in plan.conditions:
+                value = status_builder.ConditionValue(cond.status, cond.reason, cond.message)  # type: ignore[arg-type]
+                _set(status, cond.type, value, now, generation)
+            if plan.scale is None:
+                who = f"set by {replicas_owner(deployment)}" if external else "replicas.min"
+                off = status_builder.ConditionValue("False", "AutoscalingDisabled", f"{desired} replicas ({who})")
+                _set(status, "ScalingLimited", off, now, generation)
+
+        await update_status(kube, body, observed)
+        health.observe_fleet(namespace, name, md.spec, desired, len(serving))
+        for decision in recorded:
+            await self._record(body, decision, plan)
 
     async def _push(
         self, md: ModelDeployment, body: Mapping[str, Any], serving: list[EnginePod], plan: Plan, target: Budgets
@@ -385,28 +468,18 @@ class ControlLoop:
         if not pods:
             return
         kube = self.shared.kube
-        secret = await kube.get(object_path("Secret", md.metadata.namespace or "", children.secret_name(md)))
-        token = _secret_value(secret, children.TOKEN_KEY)
+        token = admin_token.derive(self.shared.token_key, body["metadata"]["uid"])  # no Secret read: see admin_token
         admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
         failed = await admin.push_budgets(pods, target, token)
         if failed:
             detail = "; ".join(f"{pod}: {why}" for pod, why in sorted(failed.items()))
             await kube.post_event(body, reason="BudgetPushFailed", message=detail, warning=True)
 
-    async def _record(
-        self, body: Mapping[str, Any], status: ModelDeploymentStatus, decision: Decision, plan: Plan
-    ) -> None:
-        status.record_decision(decision)
+    async def _record(self, body: Mapping[str, Any], decision: Decision, plan: Plan) -> None:
+        """Count and announce a decision the status recorded."""
         rule = plan.verdict.rule if not decision.dry_run else "dry-run"
         health.DECISIONS.labels(decision.kind, rule, str(decision.dry_run).lower()).inc()
         verb = {"scale": "Scaled", "budget": "BudgetChanged"}[decision.kind]
         reason = f"{verb}DryRun" if decision.dry_run else verb
         message = f"{decision.from_.describe()} -> {decision.to.describe()}: {decision.reason}"
         await self.shared.kube.post_event(body, reason=reason, message=message)
-
-
-def _secret_value(secret: Mapping[str, Any], key: str) -> str:
-    data = (secret.get("data") or {}).get(key)
-    if not data:
-        raise kopf.TemporaryError(f"Secret {secret['metadata']['name']} has no key {key!r}", delay=5)
-    return base64.b64decode(data).decode()

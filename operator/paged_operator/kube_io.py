@@ -9,6 +9,7 @@ a failure that a retry may fix.
 from __future__ import annotations
 
 import base64
+import hashlib
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -94,6 +95,7 @@ class KubeApi:
 
     def __init__(self, http: httpx.AsyncClient) -> None:
         self._http = http
+        self._event_counts: dict[str, int] = {}  # Event path → the count last written (one series per key)
 
     @classmethod
     def from_connection(cls, info: kopf.ConnectionInfo, timeout_s: float = 10.0) -> KubeApi:
@@ -174,34 +176,78 @@ class KubeApi:
     async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return (await self.get(collection_path("Pod", namespace), labelSelector=selector))["items"]
 
-    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    async def patch_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> dict[str, Any]:
+        """Merge-patch the status; with ``resource_version`` only if the object is still at it (else 409)."""
         path = model_deployment_path(namespace, name) + "/status"
-        return await self.request("PATCH", path, {"status": status}, content_type=MERGE)
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self.request("PATCH", path, body, content_type=MERGE)
 
     async def post_event(
         self, owner: Mapping[str, Any], *, reason: str, message: str, warning: bool = False
     ) -> dict[str, Any]:
-        """A core/v1 Event on the ModelDeployment (``kubectl describe md`` lists them)."""
+        """A core/v1 Event on the ModelDeployment (``kubectl describe md`` lists them), one series per
+        (object, reason, type).
+
+        The first occurrence creates the Event under a name derived from that key; later ones bump its
+        ``count`` and ``lastTimestamp`` and replace the message (``kubectl`` shows "x5 over 10m"), so a
+        failure repeating every decision is one line, not one object per interval. After a restart the
+        existing series is found by name (the create answers 409) and continued; an expired one (the API
+        server drops Events after its TTL) starts again at 1.
+        """
         meta = owner["metadata"]
+        namespace, type_ = meta["namespace"], "Warning" if warning else "Normal"
+        name = event_name(meta["name"], meta.get("uid") or "", reason, type_)
+        path = object_path("Event", namespace, name)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        count = self._event_counts.get(path)
+        if count is not None:
+            try:
+                return await self._bump_event(path, count + 1, now, message)
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "metadata": {"name": name, "namespace": namespace},
             "involvedObject": {
                 "apiVersion": owner.get("apiVersion", f"{GROUP}/{VERSION}"),
                 "kind": owner.get("kind", "ModelDeployment"),
                 "name": meta["name"],
-                "namespace": meta["namespace"],
+                "namespace": namespace,
                 "uid": meta.get("uid"),
             },
             "reason": reason,
             "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
+            "type": type_,
             "source": {"component": REPORTING_COMPONENT},
             "reportingComponent": REPORTING_COMPONENT,
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,
         }
-        return await self.request("POST", collection_path("Event", meta["namespace"]), event)
+        try:
+            created = await self.request("POST", collection_path("Event", namespace), event)
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+            existing = await self.get(path)
+            return await self._bump_event(path, int(existing.get("count") or 1) + 1, now, message)
+        self._event_counts[path] = 1
+        return created
+
+    async def _bump_event(self, path: str, count: int, now: str, message: str) -> dict[str, Any]:
+        patch = {"count": count, "lastTimestamp": now, "message": message[:1024]}
+        updated = await self.request("PATCH", path, patch, content_type=MERGE)
+        self._event_counts[path] = count
+        return updated
+
+
+def event_name(owner: str, uid: str, reason: str, type_: str) -> str:
+    """The Event series' name: the owner's name (for ``kubectl get events``) and a digest of the series' key."""
+    digest = hashlib.sha256(f"{uid}/{reason}/{type_}".encode()).hexdigest()[:16]
+    return f"{owner[:200]}.{digest}"

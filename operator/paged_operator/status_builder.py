@@ -6,7 +6,7 @@ status fields, so every condition's rule is unit-tested without a cluster.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -53,6 +53,28 @@ def pod_is_ready(pod: Mapping[str, Any]) -> bool:
 def pod_is_terminating(pod: Mapping[str, Any]) -> bool:
     status = pod.get("status") or {}
     return bool((pod.get("metadata") or {}).get("deletionTimestamp")) or status.get("phase") in ("Succeeded", "Failed")
+
+
+def unschedulable_pods(pods: Iterable[Mapping[str, Any]], now: datetime, timeout_s: float) -> dict[str, str]:
+    """Pods the scheduler has not placed ``timeout_s`` after their creation: name → the scheduler's message.
+
+    That is a pod Pending with ``PodScheduled=False`` (reason ``Unschedulable``): no node has the resources
+    (GPUs, memory) or matches its selector and tolerations. A pod that was placed and is pulling its image
+    or loading the model is starting, not stuck, however long it takes.
+    """
+    stuck: dict[str, str] = {}
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        if status.get("phase") != "Pending" or meta.get("deletionTimestamp"):
+            continue
+        scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+        if scheduled is None or scheduled.get("status") != "False" or scheduled.get("reason") != "Unschedulable":
+            continue
+        created = meta.get("creationTimestamp")
+        if created and (now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds() < timeout_s:
+            continue
+        stuck[meta.get("name", "?")] = scheduled.get("message") or "unschedulable"
+    return stuck
 
 
 def ready_condition(ready: int, desired: int, min_replicas: int) -> ConditionValue:

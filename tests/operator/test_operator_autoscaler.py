@@ -188,6 +188,60 @@ def test_an_undone_scale_down_becomes_a_floor_with_backoff() -> None:
     assert "2 is a floor for 1200 s" in again.reason  # proven again: held twice as long
 
 
+def test_a_floor_lapses_once_demand_falls_clearly_below_where_it_was_proven() -> None:
+    spec = AutoscalingPolicySpec(
+        **{**SPEC.__dict__, "stabilization_window_down_s": 60, "scale_down_memory_s": 3600, "tolerance": 0.0}
+    )
+    state, t = AutoscalerState(), 0.0
+
+    def step(ready: int, kv: float) -> ScaleDecision:
+        nonlocal state, t
+        d, state = decide(spec, state, view(ready=ready, kv=kv, t=t), ready=ready, starting=0, now=t)
+        t += 10
+        return d
+
+    while step(2, 0.3).desired == 2:
+        pass
+    assert "2 is a floor" in step(1, 1.0).reason  # 2 → 1 at demand 0.8 was undone
+    held = [step(2, 0.3) for _ in range(10)]
+    assert all(d.desired == 2 for d in held)  # same load: the floor holds
+    lighter = [step(2, 0.1) for _ in range(10)]  # demand 0.27, far below the 0.8 it was proven at
+    assert lighter[-1].desired == 1 and "undone recently" not in lighter[-1].reason
+
+
+def test_served_rate_near_target_holds_scale_downs_that_utilisation_would_allow() -> None:
+    near = view(ready=4, kv=0.7, arrival=5.0, completion=5.0, t=0.0)  # one replica serves 5/s at KV 0.7
+    _, state = decide(SPEC, AutoscalerState(), near, ready=4, starting=0, now=0.0)
+    assert state.capacity == ((0.0, 5.0),)
+    # Later: KV 0.11 projects to 1 replica, but 4 × 2/s arriving needs 8/5 → 2 of what was seen to work.
+    light = view(ready=4, kv=0.11, arrival=2.0, completion=2.0, t=10.0)
+    signals = {s.name: s for s in compute_signals(SPEC, light, 4, served_on_target=5.0)}
+    assert signals["kv_cache_usage"].demand < 1 and signals["arrival_rate"].demand == pytest.approx(8 / 5 / 1.1)
+    ready, counts = 4, []
+    for i in range(60):  # 8 requests/s in all, KV as low as at 4 replicas whatever the count
+        t = 10.0 + 5 * i
+        v = view(ready=ready, kv=0.11, arrival=8 / ready, completion=8 / ready, t=t)
+        d, state = decide(SPEC, state, v, ready=ready, starting=0, now=t)
+        ready = d.desired
+        counts.append(ready)
+    assert min(counts) == counts[-1] == 2  # down to what 8/s needs at 5/s per replica, never below
+    # The signal only holds: at any rate it asks for at most the current count.
+    busy = compute_signals(SPEC, view(ready=4, kv=0.9, arrival=50.0, completion=6.0), 4, served_on_target=5.0)
+    assert next(s.demand for s in busy if s.name == "arrival_rate") == 4
+
+
+def test_served_rate_far_below_target_is_not_capacity() -> None:
+    """An oversized fleet at low load must still scale down: its rates say little about what a replica serves."""
+    idle = view(ready=8, kv=0.05, arrival=0.3, completion=0.3)
+    _, state = decide(SPEC, AutoscalerState(), idle, ready=8, starting=0, now=0.0)
+    assert state.capacity == ()
+    _, state = decide(SPEC, state, view(ready=4, kv=0.8, arrival=9.0, completion=6.0, t=5), ready=4, starting=0, now=5)
+    assert state.capacity == ()  # above the target is not on target either
+    draining = view(ready=4, kv=0.7, arrival=3.0, completion=6.0, t=10)  # a backlog draining: not a steady rate
+    _, state = decide(SPEC, state, draining, ready=4, starting=0, now=10)
+    assert state.capacity == ()
+
+
 def test_preemptions_alone_do_not_panic() -> None:
     """A preemption storm is the tuner's to fix first: it scales only through the stabilised path."""
     spec = AutoscalingPolicySpec(**{**SPEC.__dict__, "stabilization_window_up_s": 30})

@@ -148,3 +148,44 @@ def test_scaling_limited_at_max() -> None:
     limited = next(c for c in plan.conditions if c.type == "ScalingLimited")
     assert (limited.status, limited.reason) == ("True", "AtMaxReplicas") and "at max_replicas 2" in limited.message
     assert plan.replicas is None
+
+
+def test_binding_budget_counts_as_capacity_while_a_storm_caps_the_tuner() -> None:
+    """Slots are measured against what the tuner could raise to: its bound, or one step below a remembered storm."""
+    spec = ControllerSpec(autoscaling=SCALE, budget=BUDGET)
+
+    def seq_demand(state: ControllerState) -> float:
+        samples = tuple(
+            replace(pod_sample(p, 0.0, kv=0.7, waiting=2), running=64) for p in ("a", "b")
+        )  # the budget of 64 binds
+        plan, _ = decide(spec, state, Observation(0.0, ("a", "b"), 0, samples))
+        assert plan.scale is not None
+        return next(s.demand for s in plan.scale.signals if s.name == "seq_budget_usage")
+
+    free = initial_state(spec, START)
+    assert seq_demand(free) == pytest.approx(2 * (64 / 128) / SCALE.target_kv_usage)  # the tuner's to raise
+    assert free.tuner is not None
+    stormed = replace(free, tuner=replace(free.tuner, storm_level=72, storm_until=600.0))  # raises stop at 64
+    assert seq_demand(stormed) == pytest.approx(2 * 1.0 / SCALE.target_kv_usage)  # replicas' to add
+
+
+def test_unschedulable_replicas_stop_the_scale_up_and_say_why() -> None:
+    spec = ControllerSpec(autoscaling=SCALE, budget=None)
+    hot = {"a": {"kv": 0.99}, "b": {"kv": 0.99}}
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    state = initial_state(spec, None)
+    plans, _ = rounds(spec, state, [obs(0, hot), obs(10, hot)])
+    assert plans[-1].replicas is not None and plans[-1].replicas > 2  # schedulable: scales up
+
+    stuck = replace(obs(10, hot), unschedulable={"m-x": message})
+    plans, _ = rounds(spec, state, [obs(0, hot), stuck])
+    plan = plans[-1]
+    assert plan.replicas is None  # more pods would only wait with the one that cannot be placed
+    limited = next(c for c in plan.conditions if c.type == "ScalingLimited")
+    assert (limited.status, limited.reason) == ("True", "InsufficientResources")
+    assert "1 replica(s) cannot be scheduled" in limited.message and message in limited.message
+
+    cold = {"a": {"kv": 0.05}, "b": {"kv": 0.05}}  # a scale-down is still allowed (after the down-window)
+    later = [replace(obs(t, cold), unschedulable={"m-x": message}) for t in range(0, 200, 10)]
+    plans, _ = rounds(spec, initial_state(spec, None), later)
+    assert any(p.replicas is not None and p.replicas < 2 for p in plans)

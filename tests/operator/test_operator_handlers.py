@@ -3,31 +3,50 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import kopf
 import pytest
 from paged_operator import handlers
 from paged_operator.budget_tuner import Budgets
-from paged_operator.cli import build_parser
+from paged_operator.cli import build_parser, main
 from paged_operator.kube_io import ApiError, KubeApi, collection_path, object_path
 from paged_operator.policy_config import controller_spec
-from paged_platform.api import ModelDeployment, ModelDeploymentStatus
+from paged_platform.api import ModelDeployment
 
 
 def md(**spec: object) -> ModelDeployment:
     return ModelDeployment.model_validate({"metadata": {"name": "m", "namespace": "ns"}, "spec": spec})
 
 
-def test_desired_replicas_keeps_the_autoscalers_choice_inside_the_bounds() -> None:
-    fresh = ModelDeploymentStatus()
-    assert handlers.desired_replicas(md(replicas={"min": 2, "max": 5}), fresh) == 2
-    seen = ModelDeploymentStatus(observed_generation=3, desired_replicas=4)
-    assert handlers.desired_replicas(md(replicas={"min": 2, "max": 5}), seen) == 4
-    assert handlers.desired_replicas(md(replicas={"min": 1, "max": 3}), seen) == 3  # max lowered
-    assert handlers.desired_replicas(md(replicas={"min": 5, "max": 6}), seen) == 5  # kubectl scale raised min
+def test_desired_replicas_keeps_the_live_count_inside_the_bounds() -> None:
+    bounds = md(replicas={"min": 2, "max": 5})
+    # Just created (the API server's default of 1, nothing recorded yet): replicas.min.
+    assert handlers.desired_replicas(bounds, 1, owned=False, recorded=None) == 2
+    # The operator's last write wins over a status that may not show it yet.
+    assert handlers.desired_replicas(bounds, 4, owned=True, recorded=3) == 4
+    # Someone else scaled the Deployment: back to the operator's recorded count.
+    assert handlers.desired_replicas(bounds, 9, owned=False, recorded=3) == 3
+    assert handlers.desired_replicas(md(replicas={"min": 1, "max": 3}), 4, owned=True, recorded=4) == 3  # max lowered
+    assert handlers.desired_replicas(md(replicas={"min": 5, "max": 6}), 4, owned=True, recorded=4) == 5  # min raised
     manual = md(replicas={"min": 2, "max": 5}, autoscaling={"enabled": False})
-    assert handlers.desired_replicas(manual, seen) == 2
+    assert handlers.desired_replicas(manual, 4, owned=True, recorded=4) == 2
+
+
+def test_replica_ownership_is_read_from_managed_fields() -> None:
+    def dep(manager: str, fields: dict) -> dict:
+        return {"metadata": {"managedFields": [{"manager": manager, "operation": "Apply", "fieldsV1": fields}]}}
+
+    assert handlers.owns_replicas(dep("paged-operator-replicas", {"f:spec": {"f:replicas": {}}}))
+    assert not handlers.owns_replicas(dep("paged-operator", {"f:spec": {"f:template": {}}}))
+    assert not handlers.owns_replicas({"metadata": {}})
+    hpa = dep("kube-controller-manager", {"f:spec": {"f:replicas": {}}})
+    assert handlers.replicas_owner(hpa) == "kube-controller-manager"
+    manual = md(autoscaling={"enabled": False})
+    assert handlers.scaled_externally(manual, hpa)  # autoscaling off: the HPA's count is left alone
+    assert not handlers.scaled_externally(md(), hpa)  # autoscaling on: the operator sets it back
+    assert not handlers.scaled_externally(manual, {"metadata": {}})  # just created: the operator sets replicas.min
 
 
 ADAPTIVE = {"maxNumSeqs": 16, "maxNumBatchedTokens": 1024, "adaptive": {"enabled": True}}
@@ -47,14 +66,22 @@ def test_policy_state_survives_spec_changes_and_the_tuner_follows_the_config_map
     assert loop._state_for(static, Budgets(64, 2048)).tuner is None
 
 
-def test_command_line() -> None:
-    args = build_parser().parse_args(["run", "--standalone", "-n", "a", "-n", "b", "--metrics-port", "9090"])
+def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    key = ["--token-key-file", "/k"]
+    args = build_parser().parse_args(["run", "--standalone", "-n", "a", "-n", "b", "--metrics-port", "9090", *key])
     assert (args.namespace, args.standalone, args.metrics_port, args.all_namespaces) == (["a", "b"], True, 9090, False)
-    for bad in (["run"], ["run", "-A", "-n", "x"], ["run", "-A", "--metrics-port", "70000"]):
+    for bad in (["run", *key], ["run", "-A", "-n", "x", *key], ["run", "-A", "--metrics-port", "70000", *key]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(bad)
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["run", "-A", "--scrape-timeout", "0"])
+        build_parser().parse_args(["run", "-A", "--scrape-timeout", "0", *key])
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "-A"])  # no key: the admin tokens could not be derived
+    short = tmp_path / "key"
+    short.write_text("too short")
+    with pytest.raises(SystemExit):
+        main(["run", "-A", "--token-key-file", str(short)])
+    assert "the key has 9 bytes, at least 32 needed" in capsys.readouterr().err
 
 
 def test_api_paths_and_errors() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -126,3 +126,28 @@ def test_metrics_snapshot_is_clamped_into_the_schema() -> None:
     snap = sb.metrics_snapshot(view(ready=2, kv=1.02, waiting=1.5, preempt=None), NOW)
     assert snap.kv_cache_usage == 1.0 and snap.requests_waiting == 1.5 and snap.preemption_rate == 0.0
     assert snap.replicas == 2
+
+
+def test_unschedulable_pods_are_those_the_scheduler_could_not_place_for_too_long() -> None:
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+    def pod(name: str, age_s: int, phase: str = "Pending", scheduled: dict | None = None) -> dict:
+        created = (now - timedelta(seconds=age_s)).isoformat().replace("+00:00", "Z")
+        conditions = [{"type": "PodScheduled", **scheduled}] if scheduled else []
+        return {
+            "metadata": {"name": name, "creationTimestamp": created},
+            "status": {"phase": phase, "conditions": conditions},
+        }
+
+    no_gpu = {
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+    }
+    pods = [
+        pod("stuck", 300, scheduled=no_gpu),
+        pod("young", 30, scheduled=no_gpu),  # the scheduler may still find room (or a node is being added)
+        pod("pulling", 900, scheduled={"status": "True"}),  # placed: starting, however long it takes
+        pod("serving", 900, phase="Running", scheduled={"status": "True"}),
+    ]
+    assert sb.unschedulable_pods(pods, now, 120) == {"stuck": no_gpu["message"]}

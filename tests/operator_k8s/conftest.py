@@ -4,6 +4,7 @@ the chart's ServiceAccount (its RBAC rendered by helm), so a permission the char
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -69,13 +70,22 @@ class OperatorProcess:
     def log_path(self) -> Path:
         return self.log_dir / f"operator-{self.starts}.log"
 
+    @property
+    def token_key_file(self) -> Path:
+        """The admin tokens' key (the chart mounts a Secret); kept across restarts, as the chart's is."""
+        path = self.log_dir / "token-key"
+        if not path.exists():
+            path.write_text(secrets.token_urlsafe(48))
+        return path
+
     def start(self) -> OperatorProcess:
         self.starts += 1
         command = [
             sys.executable, "-m", "paged_operator.cli", "run", "--standalone", "--namespace", self.namespace,
             "--liveness", f"http://127.0.0.1:{self.health_port}/healthz",
             "--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1",
-            "--watch-timeout", "20", "--scrape-timeout", "1", "--log-level", "info", *self.extra_args,
+            "--watch-timeout", "20", "--scrape-timeout", "1", "--log-level", "info",
+            "--token-key-file", str(self.token_key_file), *self.extra_args,
         ]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
         with self.log_path.open("wb") as log:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster.binaries import Binaries
-from e2e.cluster.client import KubeClient, wait_for
+from e2e.cluster.client import ApiError, KubeClient, wait_for
 from e2e.cluster.helm import render_chart
 from tests.operator_k8s.conftest import CHART, OperatorProcess
 from tests.operator_k8s.helpers import md_path, model_deployment
@@ -58,3 +58,21 @@ def test_a_permission_missing_from_the_chart_fails_reconciling_visibly(
         operator.ensure_alive()
     finally:
         operator.stop()
+
+
+@pytest.mark.parametrize("watch_namespace", [False, True], ids=["cluster", "namespaced"])
+def test_the_operator_cannot_read_any_secret(
+    kube_admin: KubeClient, kube_namespace: str, kube_chart_access: Any, md_crd: str, watch_namespace: bool
+) -> None:
+    """Admin tokens are derived from the operator's mounted key: its identity reads no Secret, neither someone
+    else's nor the token Secrets it creates (in cluster-wide mode that would be every Secret of the cluster)."""
+    ns = kube_namespace
+    secrets = f"/api/v1/namespaces/{ns}/secrets"
+    foreign = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "foreign"}, "stringData": {"password": "x"}}
+    kube_admin.create(secrets, foreign)
+    access = kube_chart_access(CHART, "test-paged", set_values={"watchNamespace": ns} if watch_namespace else None)
+    with access.client() as sa:
+        for read in (lambda: sa.get(f"{secrets}/foreign"), lambda: sa.get(secrets)):
+            with pytest.raises(ApiError) as refused:
+                read()
+            assert refused.value.code == 403

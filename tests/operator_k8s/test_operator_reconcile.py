@@ -162,6 +162,25 @@ def test_the_operator_is_the_only_writer_of_replicas(
     wait_for("replicas set back to 1", lambda: deployment_replicas(kube_admin, ns, "owned", 1), 30)
 
 
+def test_with_autoscaling_off_an_external_scaler_owns_the_count(
+    kube_admin: KubeClient, kube_namespace: str, operator: OperatorProcess
+) -> None:
+    """An HPA or KEDA on the engine Deployment (here: a scale-subresource write, as the HPA controller makes)."""
+    ns = kube_namespace
+    off = {"enabled": False, "intervalSeconds": 5}
+    kube_admin.create(md_path(ns), model_deployment("external", replicas={"min": 1, "max": 2}, autoscaling=off))
+    wait_for("1 replica", lambda: deployment_replicas(kube_admin, ns, "external", 1), 60)
+    wait_for("generation 1 observed", lambda: status_at_generation(kube_admin, ns, "external", 1), 60)
+    kube_admin.patch(f"{apps(ns)}/external/scale", {"spec": {"replicas": 4}})
+    settle(12)  # two decision intervals
+    assert deployment_replicas(kube_admin, ns, "external", 4) is not None  # left alone
+    # A spec edit does not take the count back either.
+    kube_admin.patch(md_path(ns, "external"), {"spec": {"engine": {"extraArgs": ["--seed", "1"]}}})
+    wait_for("generation 2 observed", lambda: status_at_generation(kube_admin, ns, "external", 2), 60)
+    settle(6)
+    assert deployment_replicas(kube_admin, ns, "external", 4) is not None
+
+
 def test_restarting_the_operator_mid_reconcile_converges_without_duplicates(
     kube_admin: KubeClient, kube_namespace: str, operator: OperatorProcess
 ) -> None:

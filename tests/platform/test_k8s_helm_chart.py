@@ -19,6 +19,7 @@ RBAC = "/apis/rbac.authorization.k8s.io/v1"
 COLLECTIONS = {
     "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "Service": ("/api/v1", "services", True),
+    "Secret": ("/api/v1", "secrets", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
     "Role": (RBAC, "roles", True),
     "RoleBinding": (RBAC, "rolebindings", True),
@@ -55,6 +56,7 @@ def test_default_render(kube_binaries: Any) -> None:
         "ClusterRoleBinding",
         "Service",
         "Deployment",
+        "Secret",
     }
     assert objects["CustomResourceDefinition"] == [crd()]
     (deployment,) = objects["Deployment"]
@@ -64,6 +66,11 @@ def test_default_render(kube_binaries: Any) -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {p["name"] for p in container["ports"]} == {"health", "metrics"}
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "rel-paged"
+    (key,) = objects["Secret"]  # the admin tokens' key, mounted for the operator
+    assert key["metadata"]["name"] == "rel-paged-token-key" and len(key["data"]["key"]) >= 64
+    assert "--token-key-file=/etc/paged-operator/token-key/key" in container["args"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "token-key")
+    assert mount["mountPath"] == "/etc/paged-operator/token-key" and mount["readOnly"]
 
 
 def test_watch_namespace_uses_a_role(kube_binaries: Any) -> None:
@@ -148,7 +155,6 @@ ALLOWED = [
     ("list", "pods", "", ""),
     ("create", "events", "", ""),
     ("create", "secrets", "", ""),  # the per-ModelDeployment engine admin token
-    ("get", "secrets", "", ""),
     ("create", "serviceaccounts", "", ""),  # the optional router's identity...
     ("create", "rolebindings", "rbac.authorization.k8s.io", ""),  # ...bound to the chart's router ClusterRole
 ]
@@ -157,7 +163,8 @@ DENIED = [
     ("delete", "modeldeployments", "paged.dev", ""),
     ("create", "pods", "", ""),  # pods come from the Deployment controller, not the operator
     ("delete", "pods", "", ""),
-    ("list", "secrets", "", ""),  # only named reads of its own token Secrets
+    ("get", "secrets", "", ""),  # admin tokens are derived from the operator's mounted key: no Secret is read
+    ("list", "secrets", "", ""),
     ("watch", "secrets", "", ""),
     ("create", "leases", "coordination.k8s.io", ""),  # --standalone: no peering, no leases
     ("create", "customresourcedefinitions", "apiextensions.k8s.io", ""),
