@@ -140,7 +140,7 @@ fi
 base_id=$(image_id "$base")
 
 torch_index=${PAGED_TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}
-if [ -n "$torch_index" ] && ! timeout 20 python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=15)" "$torch_index/torch/" >/dev/null 2>&1; then
+if [[ " ${images[*]} " == *" engine "* ]] && [ -n "$torch_index" ] && ! timeout 20 python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=15)" "$torch_index/torch/" >/dev/null 2>&1; then
   echo "[images] $torch_index is unreachable: engine gets the default index's torch (CUDA libraries included)" >&2
   torch_index=""
 fi
