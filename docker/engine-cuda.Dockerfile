@@ -55,16 +55,23 @@ RUN --mount=type=secret,id=ca-bundle \
     && cuda_home="$(python -c 'import nvidia, pathlib; print(next(pathlib.Path(p, "cu13") for p in nvidia.__path__))')" \
     && ln -s libcudart.so.13 "$cuda_home/lib/libcudart.so" \
     && echo "$cuda_home" > /opt/build/cuda_home
+# The kernels first, from only what they are built from, so that other source changes keep this layer cached.
+# setup.py's extension is optional (a failed compile only warns), hence the check that the library exists.
 COPY setup.py README.md pyproject.toml /opt/src/
 COPY csrc /opt/src/csrc
+COPY engine/paged_engine/attention/_build.py /opt/src/engine/paged_engine/attention/_build.py
+RUN cd /opt/src \
+    && CUDA_HOME="$(cat /opt/build/cuda_home)" PAGED_CUDA_ARCH="$PAGED_CUDA_ARCH" PAGED_BUILD_KERNELS=1 \
+       MAX_JOBS="$(nproc)" python setup.py -q build_ext --build-lib /opt/kernels \
+    && ls /opt/kernels/paged_engine/_C*.so
 COPY engine /opt/src/engine
 COPY operator /opt/src/operator
 COPY platform /opt/src/platform
 # The check loads the kernels with no JIT fallback and no GPU: the CUDA kernels register at load, so their
 # presence is visible without a device.
 RUN cd /opt/src \
-    && CUDA_HOME="$(cat /opt/build/cuda_home)" PAGED_CUDA_ARCH="$PAGED_CUDA_ARCH" PAGED_BUILD_KERNELS=1 \
-       MAX_JOBS="$(nproc)" pip install --no-build-isolation --no-deps --target /opt/paged/lib . \
+    && pip install --no-build-isolation --no-deps --target /opt/paged/lib . \
+    && cp /opt/kernels/paged_engine/_C*.so /opt/paged/lib/paged_engine/ \
     && cd / && PAGED_CSRC=/nonexistent python -c 'from paged_engine.attention import ops; ext = ops.load(); assert ext.how == "aot" and ext.with_cuda, ext; print("kernels:", ext)'
 
 # Stage model: as in engine-cpu.Dockerfile.
