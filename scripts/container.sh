@@ -27,16 +27,20 @@ detect() {
 }
 
 install_tools() {
-  if detect >/dev/null 2>&1 && command -v mmdebstrap >/dev/null; then return 0; fi
+  local packages=(podman buildah runc mmdebstrap uidmap fuse-overlayfs slirp4netns netavark aardvark-dns
+    containernetworking-plugins iptables ca-certificates)
+  if detect >/dev/null 2>&1; then
+    command -v mmdebstrap >/dev/null && return 0
+    packages=(mmdebstrap)  # only needed for a local base image, where no registry is reachable
+  fi
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+    [ "${packages[*]}" = mmdebstrap ] && return 0
     echo "install podman (or docker) yourself; automatic install needs root and apt-get" >&2
     return 1
   fi
-  echo "[container] installing podman, buildah, runc, mmdebstrap from Debian packages" >&2
+  echo "[container] installing ${packages[*]} from Debian packages" >&2
   apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    podman buildah runc mmdebstrap uidmap fuse-overlayfs slirp4netns netavark aardvark-dns \
-    containernetworking-plugins iptables ca-certificates >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${packages[@]}" >&2
 }
 
 # Flags for build/run/create on podman and buildah: runc on cgroup v1/hybrid hosts, rlimits within ours.
