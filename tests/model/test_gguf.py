@@ -149,3 +149,17 @@ def test_unknown_architecture_lists_supported(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"unsupported architecture \['FalconForCausalLM'\]; supported: .*Gemma3"):
         load_hf_model(folder)
+
+
+def test_prebuilt_default_model_dir_is_used_as_is(tmp_path, monkeypatch):
+    folder = save_tiny_model("llama", tmp_path / "prebuilt")
+    monkeypatch.setenv("PAGED_DEFAULT_MODEL_DIR", str(folder))
+    assert resolve_model(None) == folder
+    assert resolve_model("gemma-3-270m") == folder
+    assert resolve_model(folder) == folder  # an explicit path is not redirected
+
+
+def test_empty_prebuilt_default_model_dir_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAGED_DEFAULT_MODEL_DIR", str(tmp_path))
+    with pytest.raises(ModelLoadError, match=f"PAGED_DEFAULT_MODEL_DIR={tmp_path} holds no converted model"):
+        resolve_model(None)

