@@ -213,9 +213,9 @@ class EngineCore:
             "max_model_len": self.max_model_len, "num_blocks": plan.config.num_blocks,
             "block_size": plan.config.block_size, "device": str(self.device),
             "attention_backend": self.runner.backend.name, "attention_fallback": self.attention.reason or "",
-            "gemm_backend": self.gemm_backend, "dtype": str(self.dtype), "vocab_size": self.limits.vocab_size,
-            "max_logprobs": self.limits.max_logprobs, "max_num_seqs": config.max_num_seqs,
-            "max_num_batched_tokens": config.max_num_batched_tokens,
+            "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
+            "vocab_size": self.limits.vocab_size, "max_logprobs": self.limits.max_logprobs,
+            "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
         }  # fmt: skip
 
     def current_stats(self) -> SchedulerStats:
