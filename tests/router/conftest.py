@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server.conftest import ServerProcess, free_port, tiny_gemma_dir
+from tests.server.conftest import ServerProcess, free_port, tiny_gemma_dir, wait_ready
 
 __all__ = ["tiny_gemma_dir"]  # re-exported as a fixture for the tests against real engines
 FAKE = Path(__file__).with_name("fake_replica.py")
@@ -26,19 +26,7 @@ def _spawn(command: list[str], port: int, log_dir: Path, ready_path: str, timeou
     log_path = log_dir / f"proc-{port}.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ})
-    proc = Proc(process, port, log_path)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"{command[:3]} exited with {process.returncode}:\n{proc.log()}")
-        try:
-            if httpx.get(f"{proc.url}{ready_path}", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.stop()
-    raise AssertionError(f"not ready within {timeout}s:\n{proc.log()}")
+    return wait_ready(Proc(process, port, log_path), ready_path, timeout, poll_s=0.1)
 
 
 def start_fake(log_dir: Path, name: str) -> Proc:

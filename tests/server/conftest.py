@@ -105,17 +105,21 @@ def start_server(
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
-    server = ServerProcess(process, port, log_path)
+    return wait_ready(ServerProcess(process, port, log_path), "/ready", timeout)
+
+
+def wait_ready(server: ServerProcess, path: str, timeout: float, poll_s: float = 0.3) -> ServerProcess:
+    """Returns ``server`` once ``path`` answers 200; fails with its log if it exits or is not ready in time."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited with {process.returncode}:\n{server.log()}")
+        if server.process.poll() is not None:
+            raise AssertionError(f"{server.process.args!r} exited with {server.process.returncode}:\n{server.log()}")
         try:
-            if httpx.get(f"{server.url}/ready", timeout=2).status_code == 200:
+            if httpx.get(f"{server.url}{path}", timeout=2).status_code == 200:
                 return server
         except httpx.HTTPError:
             pass
-        time.sleep(0.3)
+        time.sleep(poll_s)
     server.stop()
     raise AssertionError(f"server not ready within {timeout}s:\n{server.log()}")
 
