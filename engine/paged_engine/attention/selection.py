@@ -55,8 +55,6 @@ def coverage_gap(shape: AttentionShape) -> str | None:
         )
     if shape.dtype not in KERNEL_DTYPES:
         return f"dtype {shape.dtype} is not one the kernels cover ({', '.join(KERNEL_DTYPES)})"
-    if shape.block_size < 1:
-        return f"block size {shape.block_size} is not positive"
     return None
 
 

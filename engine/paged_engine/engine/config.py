@@ -17,6 +17,7 @@ from typing import Any
 
 from paged_engine.attention.selection import BACKENDS
 from paged_engine.core.scheduler_config import SchedulerConfig
+from paged_engine.sampling_params import MAX_LOGPROBS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
@@ -79,7 +80,9 @@ class EngineConfig:
         parse=parse_memory,
     )  # fmt: skip
     num_kv_blocks: int | None = _setting(None, "exact number of KV-cache blocks (overrides --kv-cache-memory)")
-    max_logprobs: int = _setting(20, "most top-N logprobs a request may ask for, per sampled or prompt position")
+    max_logprobs: int = _setting(
+        MAX_LOGPROBS, "most top-N logprobs a request may ask for, per sampled or prompt position"
+    )
     num_threads: int | None = _setting(None, "CPU threads for the model (None: torch's choice, one per core)")
     seed: int = _setting(0, "seed of the engine's random state (requests without a seed draw from it)")
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -114,15 +117,6 @@ class EngineConfig:
             raise TypeError(f"unknown engine settings {unknown}; known: {sorted(engine_names | scheduler_names)}")
         scheduler = SchedulerConfig(**{k: v for k, v in kwargs.items() if k in scheduler_names})
         return cls(**{k: v for k, v in kwargs.items() if k in engine_names}, scheduler=scheduler)
-
-    def replace(self, **kwargs: Any) -> EngineConfig:
-        """A copy with flat changes (engine or scheduler fields)."""
-        flat = {**self.flat(), **kwargs}
-        return EngineConfig.from_kwargs(**flat)
-
-    def flat(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "scheduler"}
-        return {**values, **dataclasses.asdict(self.scheduler)}
 
 
 def _field_names(cls: type) -> set[str]:

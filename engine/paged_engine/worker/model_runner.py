@@ -162,7 +162,10 @@ class ModelRunner:
 
         def sample(positions: Sequence[int]) -> list[tuple[int, Logprobs | None]]:
             # Logits are computed here, not reused from a failed attempt: the sampler edits them in place.
-            logits = self.model.compute_logits(hidden[inputs.logits_indices[list(positions)]])
+            rows_needed = (
+                inputs.logits_indices if len(positions) == len(states) else inputs.logits_indices[list(positions)]
+            )
+            logits = self.model.compute_logits(hidden[rows_needed])
             rows = [states[i].sampling for i in positions]  # type: ignore[union-attr]
             metadata = SamplingMetadata.build(rows, self.model.spec.vocab_size, self.eos_token_ids, self.device)
             sampled = self.sampler(logits, metadata)
