@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -29,9 +30,17 @@ import kopf
 from paged_platform.api import GROUP, PLURAL, VERSION, Decision, ModelDeployment, ModelDeploymentStatus
 from pydantic import ValidationError
 
-from paged_operator import admin_token, budget_tuner, children, health, router_children, status_builder
+from paged_operator import (
+    admin_token,
+    budget_tuner,
+    children,
+    controller_memory,
+    health,
+    router_children,
+    status_builder,
+)
 from paged_operator.budget_tuner import Budgets
-from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide, initial_state
+from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide
 from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
 from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, object_path
 from paged_operator.policy_config import controller_spec, starting_budgets
@@ -61,6 +70,7 @@ class Shared:
 
     options: Options = field(default_factory=Options)
     connection: kopf.ConnectionInfo | None = None
+    clock: Callable[[], float] = time.time  # the decisions' time (wall clock: it is kept in the status)
     _kube: KubeApi | None = None
     _http: httpx.AsyncClient | None = None
 
@@ -337,11 +347,14 @@ class ControlLoop:
     state: ControllerState | None = None
     not_serving: dict[str, str] = field(default_factory=dict)
 
-    def _state_for(self, spec: ControllerSpec, budgets: Budgets) -> ControllerState:
+    def _state_for(self, spec: ControllerSpec, budgets: Budgets, memory: str | None = None) -> ControllerState:
         """Keep the policies' windows across spec changes; (re)start the tuner when it is switched on or when its
-        budgets no longer match the ConfigMap's (someone else set them: the spec's static budget changed)."""
+        budgets no longer match the ConfigMap's (someone else set them: the spec's static budget changed).
+
+        The first decision of this loop (operator start, or leadership taken over) starts from the memory the
+        last one left in the status (``controller_memory``), not from scratch."""
         if self.state is None:
-            return initial_state(spec, budgets if spec.budget is not None else None)
+            return controller_memory.restore(spec, budgets, memory)
         state = self.state
         if spec.budget is None:
             return replace(state, tuner=None)
@@ -359,7 +372,7 @@ class ControlLoop:
         cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
         budgets = children.budgets_from_config_map((cm or {}).get("data")) or starting_budgets(md.spec)
         spec = controller_spec(md.spec)
-        state = self._state_for(spec, budgets)
+        state = self._state_for(spec, budgets, read_status(body).controller_memory)
 
         pods = await kube.list_pods(namespace, children.selector_string(md))
         alive = [p for p in pods if not status_builder.pod_is_terminating(p)]
@@ -370,7 +383,7 @@ class ControlLoop:
             for pod, why in sorted(not_serving.items()):
                 log.info("%s/%s: pod %s is not serving yet: %s", namespace, name, pod, why)
             self.not_serving = not_serving
-        scraper = PodScraper(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
+        scraper = PodScraper(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s, clock=self.shared.clock)
         scraped = await scraper.collect([p.metrics_target for p in serving])
         if scraped.failures:
             health.SCRAPE_FAILURES.labels(namespace).inc(len(scraped.failures))
@@ -423,6 +436,7 @@ class ControlLoop:
         progressing = status_builder.progressing_condition(deployment, desired)
         ready = status_builder.ready_condition(len(serving), desired, md.spec.replicas.min)
         recorded: list[Decision] = []
+        memory = controller_memory.encode(state)  # written with the decisions it led to, or not at all
 
         def observed(status: ModelDeploymentStatus, _: Mapping[str, Any]) -> None:
             recorded.clear()  # runs again after a conflict, on the fresh status
@@ -436,6 +450,7 @@ class ControlLoop:
             status.selector = children.selector_string(md)
             status.endpoint = children.endpoint(md)
             status.budget = status_builder.budget_state(in_force)
+            status.controller_memory = memory
             if plan.view is not None and plan.view.reporting:
                 status.metrics = status_builder.metrics_snapshot(plan.view, now)
             generation = status.observed_generation  # the fresh one: conditions never claim an older generation

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from paged_operator.arbiter import Action
 from paged_operator.budget_tuner import Budgets
-from paged_operator.controller_logic import ControllerSpec, Observation, decide, initial_state
+from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, decide, initial_state
 from paged_operator.metrics import EngineSample
 
 Trace = Callable[[float], float]
@@ -114,8 +114,13 @@ def simulate(
     tick_s: float = 10.0,
     silent_pods: frozenset[str] = frozenset(),
     seed: int = 0,
+    restarts: Callable[[float, ControllerState, Budgets], ControllerState | None] | None = None,
 ) -> Run:
-    """Run ``trace`` (arrivals/s as a function of time) for ``duration_s`` starting with ``replicas`` ready pods."""
+    """Run ``trace`` (arrivals/s as a function of time) for ``duration_s`` starting with ``replicas`` ready pods.
+
+    ``restarts(time, state, budgets in force)``: called before each decision; a state it returns replaces the
+    controller's (an operator restart: the state it starts from), None keeps it.
+    """
     model = model or FleetModel()
     rng = random.Random(seed)
     names = (f"pod-{i}" for i in range(10_000))
@@ -156,7 +161,8 @@ def simulate(
             samples=samples,
             failures={name: "no answer" for name in silent_pods},
         )
-        plan, state = decide(spec, state, obs)
+        restarted = restarts(t, state, target) if restarts is not None else None
+        plan, state = decide(spec, state if restarted is None else restarted, obs)
         if plan.target_budgets is not None:
             target = plan.target_budgets
             for pod in pods:

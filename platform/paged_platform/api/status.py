@@ -15,6 +15,8 @@ from paged_platform.api.base import ApiModel
 
 MAX_DECISIONS = 20
 """How many scaling and budget decisions `status.decisions` keeps (oldest dropped first)."""
+CONTROLLER_MEMORY_MAX_CHARS = 32768
+"""Longest `status.controllerMemory` the operator writes."""
 
 
 class ConditionType(StrEnum):
@@ -128,6 +130,10 @@ class ModelDeploymentStatus(ApiModel):
     metrics: MetricsSnapshot | None = None
     decisions: list[Decision] = Field(default_factory=list, max_length=MAX_DECISIONS)
     """The last decisions, oldest first."""
+    controller_memory: str | None = Field(None, max_length=CONTROLLER_MEMORY_MAX_CHARS)
+    """The operator's memory of its own decisions (the autoscaler's windows, the budget tuner's known overloads),
+    so that a restarted or newly elected operator goes on where the last one stopped. Versioned text private
+    to the operator: not an interface, and safe to delete (the operator then starts afresh)."""
 
     def condition(self, type_: ConditionType | str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
