@@ -1,7 +1,11 @@
 """``paged-operator run``: start the kopf operator with the paged handlers.
 
-One replica with the Recreate strategy is the deployment model (see the chart): ``--standalone`` turns off
-kopf's peering, which coordinates operators but does not elect a leader.
+With ``--leader-election`` (the chart runs two replicas so) each replica is a candidate for a
+``coordination.k8s.io`` Lease (``leader``); only the one holding it runs kopf, the other stands by, answering
+its liveness probe, until the Lease is released (the leader stops: at once) or expires (it died: within
+the lease duration). A leader that cannot renew stops acting and exits (status 1), to be restarted as a
+candidate, as client-go's controllers do. ``--standalone`` turns off kopf's peering either way: it
+coordinates operators but does not elect a leader.
 """
 
 from __future__ import annotations
@@ -10,12 +14,26 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import socket
+import sys
+import urllib.parse
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import kopf
+from aiohttp import web
 
 from paged_operator import admin_token, health
 from paged_operator.handlers import Options, Shared
+from paged_operator.kube_io import KubeApi
+from paged_operator.leader import LeaderElector
+from paged_operator.lease import LeaseSpec
+
+log = logging.getLogger(__name__)
 
 
 def _port(value: str) -> int:
@@ -67,7 +85,36 @@ def build_parser() -> argparse.ArgumentParser:
         default=120.0,
         help="seconds a pod may stay unschedulable before it counts as missing capacity (InsufficientResources)",
     )
+    election = run.add_argument_group("leader election")
+    election.add_argument("--leader-election", action="store_true", help="act only while holding the Lease")
+    election.add_argument("--lease-name", default="paged-operator", help="the Lease's name")
+    election.add_argument("--lease-namespace", default=None, help="the Lease's namespace (default: $POD_NAMESPACE)")
+    election.add_argument("--lease-duration", type=_positive, default=15.0, help="seconds before a standby takes over")
+    election.add_argument("--renew-deadline", type=_positive, default=10.0, help="seconds a leader may fail to renew")
+    election.add_argument("--retry-period", type=_positive, default=2.0, help="seconds between Lease attempts")
     return parser
+
+
+@dataclass(frozen=True)
+class Election:
+    namespace: str
+    name: str
+    identity: str
+    spec: LeaseSpec
+
+
+def _election(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Election | None:
+    if not args.leader_election:
+        return None
+    namespace = args.lease_namespace or os.environ.get("POD_NAMESPACE")
+    if not namespace:
+        parser.error("--leader-election needs --lease-namespace (or $POD_NAMESPACE, which the chart sets)")
+    try:
+        spec = LeaseSpec(args.lease_duration, args.renew_deadline, args.retry_period)
+    except ValueError as exc:
+        parser.error(str(exc))
+    identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    return Election(namespace, args.lease_name, identity, spec)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,16 +137,89 @@ def main(argv: list[str] | None = None) -> None:
         token_key=token_key,
         clusterwide=args.all_namespaces,
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(
-            kopf.operator(
-                standalone=args.standalone,
-                clusterwide=args.all_namespaces,
-                namespaces=args.namespace or (),
-                liveness_endpoint=args.liveness,
-                memo=kopf.Memo(shared=Shared(options=options)),
-            )
+    election = _election(args, parser)
+    shared = Shared(options=options)
+
+    async def operator(stop_flag: asyncio.Event | None = None) -> None:
+        await kopf.operator(
+            standalone=args.standalone,
+            clusterwide=args.all_namespaces,
+            namespaces=args.namespace or (),
+            liveness_endpoint=args.liveness,
+            memo=kopf.Memo(shared=shared),
+            stop_flag=stop_flag,
         )
+
+    code = 0
+    with contextlib.suppress(KeyboardInterrupt):
+        if election is None:
+            asyncio.run(operator())
+        else:
+            code = asyncio.run(_lead(election, shared, operator, args.liveness, args.request_timeout))
+    sys.exit(code)
+
+
+async def _lead(
+    election: Election,
+    shared: Shared,
+    operator: Callable[[asyncio.Event], Awaitable[None]],
+    liveness: str | None,
+    request_timeout_s: float,
+) -> int:
+    """Stand by until the Lease is ours, then run the operator until it stops (0) or the Lease is lost (1)."""
+    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings()) or kopf.login_with_service_account(
+        settings=kopf.OperatorSettings()
+    )
+    if info is None:
+        raise SystemExit("no kubeconfig and no in-cluster service account to log in with")
+    kube = KubeApi.from_connection(info, timeout_s=request_timeout_s)
+    elector = LeaderElector(kube, election.namespace, election.name, election.identity, election.spec)
+    health.LEADER.set(0)
+    try:
+        standby = await serve_liveness(liveness) if liveness else None
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        log.info("standing by for the lease %s/%s as %s", election.namespace, election.name, election.identity)
+        if not await _first(elector.acquire(), stop.wait()):
+            return 0  # asked to stop while standing by
+        if standby is not None:
+            await standby.cleanup()  # kopf's own liveness endpoint takes the port over
+        shared.leading = elector.leading
+        stop_flag = asyncio.Event()
+        running = asyncio.create_task(operator(stop_flag))  # kopf handles SIGTERM / SIGINT from here on
+        lost = await _first(elector.keep(), running)
+        stop_flag.set()
+        await running
+        if lost:
+            return 1
+        await elector.release()
+        return 0
+    finally:
+        await kube.aclose()
+
+
+async def _first(first: Awaitable[None], other: Awaitable[None]) -> bool:
+    """Run both until one ends; True if it was ``first``. The other is cancelled, unless it is a Task."""
+    one = asyncio.ensure_future(first)
+    two = asyncio.ensure_future(other)
+    done, _ = await asyncio.wait({one, two}, return_when=asyncio.FIRST_COMPLETED)
+    one.cancel()
+    if not isinstance(other, asyncio.Task):
+        two.cancel()
+    return one in done
+
+
+async def serve_liveness(url: str) -> web.AppRunner:
+    """A standby's liveness endpoint (``/healthz`` at ``url``'s port): it answers while the process runs."""
+    parsed = urllib.parse.urlsplit(url)
+    app = web.Application()
+    app.router.add_get(parsed.path or "/", lambda _: web.json_response({"standby": True}))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, parsed.hostname, parsed.port or 80).start()
+    return runner
 
 
 if __name__ == "__main__":

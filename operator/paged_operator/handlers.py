@@ -42,7 +42,7 @@ from paged_operator import (
 from paged_operator.budget_tuner import Budgets
 from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide
 from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
-from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, object_path
+from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, NotLeading, object_path
 from paged_operator.policy_config import controller_spec, starting_budgets
 from paged_operator.scrape import PodScraper
 from paged_operator.status_writer import WriteConflict, advance_generation, read_status, set_replicas, update_status
@@ -71,6 +71,7 @@ class Shared:
     options: Options = field(default_factory=Options)
     connection: kopf.ConnectionInfo | None = None
     clock: Callable[[], float] = time.time  # the decisions' time (wall clock: it is kept in the status)
+    leading: Callable[[], bool] = field(default=lambda: True)  # leader election's fence (``leader``)
     _kube: KubeApi | None = None
     _http: httpx.AsyncClient | None = None
 
@@ -79,7 +80,9 @@ class Shared:
         if self._kube is None:
             if self.connection is None:
                 raise kopf.TemporaryError("not logged in to the API server yet", delay=1)
-            self._kube = KubeApi.from_connection(self.connection, timeout_s=self.options.request_timeout_s)
+            self._kube = KubeApi.from_connection(
+                self.connection, timeout_s=self.options.request_timeout_s, fence=lambda: self.leading()
+            )
         return self._kube
 
     @property
@@ -228,7 +231,7 @@ async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
             raise kopf.TemporaryError(str(exc), delay=delay) from exc
         except httpx.HTTPError as exc:
             raise kopf.TemporaryError(f"API server unreachable: {exc}", delay=_backoff(retry)) from exc
-        except WriteConflict as exc:
+        except (WriteConflict, NotLeading) as exc:
             raise kopf.TemporaryError(str(exc), delay=_backoff(retry)) from exc
 
 
@@ -236,7 +239,7 @@ async def _warn(kube: KubeApi, body: Mapping[str, Any], reason: str, message: st
     """A Warning Event, best effort: failing to report a failure must not hide the failure itself."""
     try:
         await kube.post_event(body, reason=reason, message=message, warning=True)
-    except (ApiError, httpx.HTTPError) as exc:
+    except (ApiError, httpx.HTTPError, NotLeading) as exc:
         log.warning("could not post event %s: %s", reason, exc)
 
 
@@ -334,7 +337,7 @@ async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, 
                 await loop.tick(md, snapshot)
         except ValidationError:
             pass  # reported by ``reconcile``; nothing to decide on
-        except (ApiError, httpx.HTTPError, kopf.TemporaryError, WriteConflict) as exc:
+        except (ApiError, httpx.HTTPError, kopf.TemporaryError, WriteConflict, NotLeading) as exc:
             logger.warning(f"decision skipped, retrying in {interval:g} s: {exc}")
         await stopped.wait(interval)
 
@@ -482,6 +485,8 @@ class ControlLoop:
         pods = [p for p in serving if p.name in names]
         if not pods:
             return
+        if not self.shared.leading():
+            raise NotLeading("budget push not sent: this replica does not hold the operator's Lease")
         kube = self.shared.kube
         token = admin_token.derive(self.shared.token_key, body["metadata"]["uid"])  # no Secret read: see admin_token
         admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)

@@ -49,6 +49,9 @@ DECISIONS = Counter(
     "Scaling and budget decisions applied, by kind and arbiter rule",
     ["kind", "rule", "dry_run"],
 )
+LEADER = Gauge(
+    "paged_operator_leader", "1 while this replica holds the operator's Lease and acts, 0 while it stands by"
+)
 SCRAPE_FAILURES = Counter(
     "paged_operator_scrape_failures_total", "Ready engine pods that did not answer a metrics scrape", ["namespace"]
 )

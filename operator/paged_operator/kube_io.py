@@ -12,7 +12,7 @@ import base64
 import hashlib
 import ssl
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ _COLLECTIONS: dict[str, str] = {
     "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
     "Pod": "/api/v1/namespaces/{ns}/pods",
     "Event": "/api/v1/namespaces/{ns}/events",
+    "Lease": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",  # leader election (``leader``)
     # The optional router's identity and its right to read EndpointSlices.
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
@@ -90,15 +91,26 @@ def ssl_context(info: kopf.ConnectionInfo, scratch: Path) -> ssl.SSLContext | bo
     return ctx
 
 
-class KubeApi:
-    """Async REST calls the operator makes. ``timeout_s`` bounds every request."""
+class NotLeading(RuntimeError):
+    """A write refused before it was sent: this replica no longer holds the operator's Lease (``leader``)."""
 
-    def __init__(self, http: httpx.AsyncClient) -> None:
+
+class KubeApi:
+    """Async REST calls the operator makes. ``timeout_s`` bounds every request.
+
+    ``fence``: asked before every write (anything but GET); False refuses it with ``NotLeading``. With leader
+    election it is the elector's ``leading``, so a replica that lost its Lease mid-decision writes nothing more.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, *, fence: Callable[[], bool] | None = None) -> None:
         self._http = http
+        self._fence = fence
         self._event_counts: dict[str, int] = {}  # Event path → the count last written (one series per key)
 
     @classmethod
-    def from_connection(cls, info: kopf.ConnectionInfo, timeout_s: float = 10.0) -> KubeApi:
+    def from_connection(
+        cls, info: kopf.ConnectionInfo, timeout_s: float = 10.0, *, fence: Callable[[], bool] | None = None
+    ) -> KubeApi:
         scratch = Path(tempfile.mkdtemp(prefix="paged-operator-"))
         headers = {"Accept": "application/json"}
         if info.token:
@@ -107,7 +119,7 @@ class KubeApi:
         http = httpx.AsyncClient(
             base_url=info.server, verify=ssl_context(info, scratch), headers=headers, auth=auth, timeout=timeout_s
         )
-        return cls(http)
+        return cls(http, fence=fence)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -121,6 +133,8 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
+        if method != "GET" and self._fence is not None and not self._fence():
+            raise NotLeading(f"{method} {path} not sent: this replica does not hold the operator's Lease")
         response = await self._http.request(
             method,
             path,

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.k8s
 def chart_rules(binaries: Binaries, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(namespaced Role rules, ClusterRole rules) of the chart installed to watch ``namespace``."""
     objects = render_chart(binaries.helm, CHART, "test", namespace, set_values={"watchNamespace": namespace})
-    (role,) = [o for o in objects if o["kind"] == "Role"]
+    (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "test-paged"]
     # The operator's ClusterRole ("<release>-paged"), not the one the chart writes for router pods.
     (cluster_role,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "test-paged"]
     return role["rules"], cluster_role["rules"]

@@ -54,15 +54,26 @@ def test_default_render(kube_binaries: Any) -> None:
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",  # the leader-election Lease
+        "RoleBinding",
         "Service",
         "Deployment",
         "Secret",
     }
     assert objects["CustomResourceDefinition"] == [crd()]
     (deployment,) = objects["Deployment"]
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert "--standalone" in container["args"] and "--all-namespaces" in container["args"]
+    assert {"--leader-election", "--lease-name=rel-paged"} <= set(container["args"])
+    assert {"POD_NAME", "POD_NAMESPACE"} <= {e["name"] for e in container["env"]}
+    (role,) = objects["Role"]
+    assert role["metadata"]["namespace"] == "paged-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["rel-paged"],
+         "verbs": ["get", "update"]},
+    ]  # fmt: skip
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {p["name"] for p in container["ports"]} == {"health", "metrics"}
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "rel-paged"
@@ -77,7 +88,7 @@ def test_watch_namespace_uses_a_role(kube_binaries: Any) -> None:
     objects = by_kind(
         render_chart(kube_binaries.helm, CHART, "rel", "paged-system", set_values={"watchNamespace": "team-a"})
     )
-    (role,) = objects["Role"]
+    (role,) = [r for r in objects["Role"] if r["metadata"]["name"] == "rel-paged"]
     assert role["metadata"]["namespace"] == "team-a"
     cluster_roles = {r["metadata"]["name"]: r["rules"] for r in objects["ClusterRole"]}
     assert cluster_roles["rel-paged"] == [
@@ -91,6 +102,15 @@ def test_watch_namespace_uses_a_role(kube_binaries: Any) -> None:
     ]
     (container,) = objects["Deployment"][0]["spec"]["template"]["spec"]["containers"]
     assert "--namespace=team-a" in container["args"] and "--all-namespaces" not in container["args"]
+
+
+def test_without_leader_election_one_replica_is_replaced_not_rolled(kube_binaries: Any) -> None:
+    values = {"leaderElection.enabled": "false", "operator.replicas": "3"}
+    objects = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns", set_values=values))
+    (deployment,) = objects["Deployment"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert "--leader-election" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "Role" not in objects
 
 
 def test_service_monitor_is_optional(kube_binaries: Any) -> None:
@@ -129,7 +149,9 @@ def test_rendered_manifests_pass_server_validation(
             kube_admin.request("POST", path, obj, params={"dryRun": "All", "fieldValidation": "Strict"})
 
 
-def can(client: KubeClient, verb: str, resource: str, namespace: str, group: str = "", sub: str = "") -> bool:
+def can(
+    client: KubeClient, verb: str, resource: str, namespace: str, group: str = "", sub: str = "", name: str = ""
+) -> bool:
     review = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SelfSubjectAccessReview",
@@ -140,6 +162,7 @@ def can(client: KubeClient, verb: str, resource: str, namespace: str, group: str
                 "resource": resource,
                 "subresource": sub,
                 "namespace": namespace,
+                "name": name,
             }
         },
     }
@@ -157,6 +180,7 @@ ALLOWED = [
     ("create", "secrets", "", ""),  # the per-ModelDeployment engine admin token
     ("create", "serviceaccounts", "", ""),  # the optional router's identity...
     ("create", "rolebindings", "rbac.authorization.k8s.io", ""),  # ...bound to the chart's router ClusterRole
+    ("create", "leases", "coordination.k8s.io", ""),  # leader election (kopf's peering stays off: --standalone)
 ]
 DENIED = [
     ("create", "modeldeployments", "paged.dev", ""),  # users create them; the operator only reconciles
@@ -166,7 +190,6 @@ DENIED = [
     ("get", "secrets", "", ""),  # admin tokens are derived from the operator's mounted key: no Secret is read
     ("list", "secrets", "", ""),
     ("watch", "secrets", "", ""),
-    ("create", "leases", "coordination.k8s.io", ""),  # --standalone: no peering, no leases
     ("create", "customresourcedefinitions", "apiextensions.k8s.io", ""),
     ("create", "roles", "rbac.authorization.k8s.io", ""),
     ("create", "clusterrolebindings", "rbac.authorization.k8s.io", ""),
@@ -186,6 +209,10 @@ def test_operator_rbac_is_least_privilege(kube_chart_access: Any, kube_namespace
         assert can(sa, "watch", "customresourcedefinitions", "", "apiextensions.k8s.io")
         # Namespaced install: nothing outside the watched namespace.
         assert can(sa, "list", "pods", "default") is not watch_namespace
+        # The chart's one Lease, in the release namespace, and no other.
+        leases = ("leases", kube_namespace, "coordination.k8s.io", "")
+        assert can(sa, "update", *leases, name="test-paged") and not can(sa, "update", *leases, name="other")
+        assert not can(sa, "list", *leases) and not can(sa, "delete", *leases, name="test-paged")
 
 
 def test_chart_readme_documents_regeneration() -> None:

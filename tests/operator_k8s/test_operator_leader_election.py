@@ -1,0 +1,115 @@
+"""Two operator replicas on one Lease (the chart's RBAC): only the holder acts; killed mid-reconcile, the standby
+takes over within the lease time and finishes the work; stopped, the leader hands over at once."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster.access import ServiceAccountAccess
+from e2e.cluster.client import KubeClient, wait_for
+from tests.operator_k8s.conftest import CHART_SERVICE_ACCOUNT, OperatorProcess
+from tests.operator_k8s.helpers import md_path, model_deployment, settle
+
+pytestmark = pytest.mark.k8s
+LEASE = CHART_SERVICE_ACCOUNT  # the chart names the Lease after the release: "test-paged"
+DURATION_S, DEADLINE_S, RETRY_S = 4, 3, 0.5
+
+
+def lease_path(ns: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{LEASE}"
+
+
+def metric(proc: OperatorProcess, name: str) -> float:
+    """The sum of a metric's samples on the operator's /metrics (0 when absent)."""
+    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.M)
+    return sum(float(m.group(2)) for m in pattern.finditer(proc.metrics()))
+
+
+def acted(proc: OperatorProcess) -> float:
+    """Handler runs (reconciles and decisions) of this replica."""
+    return metric(proc, "paged_operator_reconciles_total")
+
+
+@pytest.fixture
+def replicas(
+    chart_access: ServiceAccountAccess, kube_namespace: str, tmp_path: Path
+) -> Iterator[list[OperatorProcess]]:
+    key = secrets.token_urlsafe(48)  # the chart mounts one key into every replica
+    procs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "token-key").write_text(key)
+        args = ("--leader-election", "--lease-namespace", kube_namespace, "--lease-name", LEASE,
+                "--lease-duration", str(DURATION_S), "--renew-deadline", str(DEADLINE_S),
+                "--retry-period", str(RETRY_S))  # fmt: skip
+        procs.append(OperatorProcess(chart_access.kubeconfig, kube_namespace, tmp_path / name, extra_args=args))
+    yield procs
+    for proc in procs:
+        proc.stop()
+
+
+def test_one_replica_acts_and_the_standby_takes_over(
+    kube_admin: KubeClient, kube_namespace: str, replicas: list[OperatorProcess]
+) -> None:
+    ns = kube_namespace
+    for proc in replicas:
+        proc.start()
+
+    def leader() -> OperatorProcess | None:
+        leading = [p for p in replicas if p.process and p.process.poll() is None and metric(p, "paged_operator_leader")]
+        assert len(leading) <= 1, "two replicas lead at once"
+        return leading[0] if leading else None
+
+    first = wait_for("a leader", leader, timeout_s=30, interval_s=0.2)
+    standby = next(p for p in replicas if p is not first)
+    lease = kube_admin.get(lease_path(ns))
+    assert lease["spec"]["leaseDurationSeconds"] == DURATION_S
+
+    kube_admin.create(md_path(ns), model_deployment("ha", replicas={"min": 2, "max": 2}))
+    deployment = f"/apis/apps/v1/namespaces/{ns}/deployments/ha"
+
+    def observed(generation: int) -> bool:
+        return (kube_admin.get(md_path(ns, "ha")).get("status") or {}).get("observedGeneration") == generation
+
+    wait_for("the leader reconciles", lambda: observed(1), timeout_s=60, interval_s=0.5)
+    assert kube_admin.get(deployment)["spec"]["replicas"] == 2
+    assert acted(first) > 0 and acted(standby) == 0 and leader() is first
+
+    # Killed (no release) right after a spec edit, possibly mid-reconcile: the standby takes over once the
+    # lease has gone unrenewed for its duration, and finishes the edit.
+    kube_admin.patch(md_path(ns, "ha"), {"spec": {"replicas": {"min": 3, "max": 3}}})
+    assert first.process is not None
+    first.process.send_signal(signal.SIGKILL)
+    first.process.wait(10)
+    killed_at = time.monotonic()
+    assert wait_for("the standby leads", lambda: leader() is standby, timeout_s=30, interval_s=0.2)
+    took_over_s = time.monotonic() - killed_at
+    assert took_over_s <= 2 * DURATION_S, f"took {took_over_s:.1f} s for a {DURATION_S} s lease"
+    wait_for("the spec edit is finished", lambda: observed(2), timeout_s=60, interval_s=0.5)
+    assert kube_admin.get(deployment)["spec"]["replicas"] == 3
+    taken = kube_admin.get(lease_path(ns))["spec"]
+    assert taken["holderIdentity"] != lease["spec"]["holderIdentity"]
+    assert taken["leaseTransitions"] == lease["spec"].get("leaseTransitions", 0) + 1
+
+    # The killed replica comes back (its container restarted) as a candidate: it stands by, acting on nothing.
+    first.start()
+    before = acted(standby)
+    kube_admin.patch(md_path(ns, "ha"), {"spec": {"replicas": {"min": 1, "max": 1}}})
+    wait_for("the leader reconciles again", lambda: observed(3), timeout_s=60, interval_s=0.5)
+    settle(2 * RETRY_S)
+    assert acted(first) == 0 and acted(standby) > before and leader() is standby
+
+    # A leader that stops releases the Lease: the standby takes over at its next retry, not a lease later.
+    standby.stop(signal.SIGTERM)
+    assert standby.process is not None and standby.process.returncode == 0, standby.log()
+    assert "released the lease" in standby.log()
+    assert wait_for("the restarted replica leads", lambda: leader() is first, timeout_s=DURATION_S, interval_s=0.2)
+    kube_admin.patch(md_path(ns, "ha"), {"spec": {"replicas": {"min": 2, "max": 2}}})
+    wait_for("the new leader reconciles", lambda: observed(4), timeout_s=60, interval_s=0.5)
