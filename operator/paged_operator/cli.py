@@ -27,7 +27,7 @@ from pathlib import Path
 import kopf
 from aiohttp import web
 
-from paged_operator import admin_token, health
+from paged_operator import admin_token, child_reads, health
 from paged_operator.handlers import Options, Shared
 from paged_operator.kube_io import KubeApi
 from paged_operator.leader import LeaderElector
@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=120.0,
         help="seconds a pod may stay unschedulable before it counts as missing capacity (InsufficientResources)",
     )
+    run.add_argument(
+        "--no-child-watches",
+        action="store_true",
+        help="read engine Deployments, ConfigMaps and pods with GET/LIST each decision instead of watching them",
+    )
     election = run.add_argument_group("leader election")
     election.add_argument("--leader-election", action="store_true", help="act only while holding the Lease")
     election.add_argument("--lease-name", default="paged-operator", help="the Lease's name")
@@ -139,6 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     election = _election(args, parser)
     shared = Shared(options=options)
+    if not args.no_child_watches:
+        child_reads.register()
 
     async def operator(stop_flag: asyncio.Event | None = None) -> None:
         await kopf.operator(

@@ -40,6 +40,7 @@ from paged_operator import (
     status_builder,
 )
 from paged_operator.budget_tuner import Budgets
+from paged_operator.child_reads import ApiReads, ChildReads, IndexReads
 from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide
 from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
 from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, NotLeading, object_path
@@ -323,10 +324,12 @@ def forget(body: kopf.Body, **_: Any) -> None:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
-async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, logger: Any, **_: Any) -> None:
-    """Decide every ``autoscaling.intervalSeconds``; the policies' state lives here, one loop per object."""
+async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, logger: Any, **kwargs: Any) -> None:
+    """Decide every ``autoscaling.intervalSeconds``; the policies' state lives here, one loop per object.
+
+    The children are read from kopf's watches when they are on (``child_reads``), else from the API server."""
     shared = _shared(memo)
-    loop = ControlLoop(shared)
+    loop = ControlLoop(shared, reads=IndexReads.from_handler_kwargs(kwargs))
     while not stopped:
         snapshot = dict(body)  # kopf keeps ``body`` current; one consistent copy per decision
         interval = 15.0
@@ -347,6 +350,7 @@ class ControlLoop:
     """One ModelDeployment's decisions: the policies' state and what was last carried out."""
 
     shared: Shared
+    reads: ChildReads | None = None  # None: GET / LIST from the API server
     state: ControllerState | None = None
     not_serving: dict[str, str] = field(default_factory=dict)
 
@@ -369,15 +373,16 @@ class ControlLoop:
         kube = self.shared.kube
         namespace, name = md.metadata.namespace or "", md.metadata.name
         uid = body["metadata"]["uid"]
-        deployment = await kube.get_optional(object_path("Deployment", namespace, children.deployment_name(md)))
+        reads = self.reads or ApiReads(kube)
+        deployment = await reads.deployment(namespace, children.deployment_name(md))
         if deployment is None:
             return  # reconcile creates it
-        cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
+        cm = await reads.config_map(namespace, children.config_map_name(md))
         budgets = children.budgets_from_config_map((cm or {}).get("data")) or starting_budgets(md.spec)
         spec = controller_spec(md.spec)
         state = self._state_for(spec, budgets, read_status(body).controller_memory)
 
-        pods = await kube.list_pods(namespace, children.selector_string(md))
+        pods = await reads.pods(namespace, name)
         alive = [p for p in pods if not status_builder.pod_is_terminating(p)]
         candidates = [engine_pod(p, children.ENGINE_PORT) for p in alive if status_builder.pod_is_ready(p)]
         admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)

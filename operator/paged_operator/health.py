@@ -49,6 +49,11 @@ DECISIONS = Counter(
     "Scaling and budget decisions applied, by kind and arbiter rule",
     ["kind", "rule", "dry_run"],
 )
+API_REQUESTS = Counter(
+    "paged_operator_api_requests_total",
+    "Requests the operator's own client sent to the API server (kopf's watches are not counted), by verb and resource",
+    ["verb", "resource"],
+)
 LEADER = Gauge(
     "paged_operator_leader", "1 while this replica holds the operator's Lease and acts, 0 while it stands by"
 )

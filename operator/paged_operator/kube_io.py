@@ -1,4 +1,4 @@
-"""The operator's calls to the API server: server-side apply, status patches, events, pod listing.
+"""The operator's calls to the API server: server-side apply, status patches, events, reads.
 
 One async HTTP client built from the same credentials kopf logged in with (``kopf.ConnectionInfo``), so the
 operator's own writes and kopf's watches act as the same identity (the ServiceAccount the chart binds).
@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import kopf
 from paged_platform.api import GROUP, PLURAL, VERSION
+
+from paged_operator import health
 
 FIELD_MANAGER = "paged-operator"
 #: Owns only ``spec.replicas`` of the engine Deployment: the operator is its single writer.
@@ -51,6 +53,17 @@ class ApiError(RuntimeError):
         self.reason = str(status.get("reason", ""))
         self.message = str(status.get("message", ""))
         super().__init__(f"{method} {path} -> {code} {self.reason}: {self.message}")
+
+
+def resource_of(path: str) -> str:
+    """The resource (and subresource) a request path names: ``.../namespaces/ns/deployments/x`` → ``deployments``,
+    ``.../modeldeployments/x/status`` → ``modeldeployments/status``."""
+    parts = path.strip("/").split("/")
+    if "namespaces" in parts:
+        at = parts.index("namespaces") + 2
+        named = parts[at : at + 3]
+        return "/".join(named[:1] + named[2:3])
+    return parts[-1] if parts else ""
 
 
 def collection_path(kind: str, namespace: str) -> str:
@@ -135,6 +148,7 @@ class KubeApi:
     ) -> dict[str, Any]:
         if method != "GET" and self._fence is not None and not self._fence():
             raise NotLeading(f"{method} {path} not sent: this replica does not hold the operator's Lease")
+        health.API_REQUESTS.labels(method, resource_of(path)).inc()
         response = await self._http.request(
             method,
             path,
@@ -186,9 +200,6 @@ class KubeApi:
                 return False
             raise
         return True
-
-    async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return (await self.get(collection_path("Pod", namespace), labelSelector=selector))["items"]
 
     async def patch_status(
         self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None = None

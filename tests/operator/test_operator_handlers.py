@@ -11,7 +11,7 @@ import pytest
 from paged_operator import handlers
 from paged_operator.budget_tuner import Budgets
 from paged_operator.cli import build_parser, main
-from paged_operator.kube_io import ApiError, KubeApi, collection_path, object_path
+from paged_operator.kube_io import ApiError, KubeApi, collection_path, model_deployment_path, object_path, resource_of
 from paged_operator.policy_config import controller_spec
 from paged_platform.api import ModelDeployment
 
@@ -87,6 +87,9 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_api_paths_and_errors() -> None:
     assert collection_path("PodDisruptionBudget", "ns") == "/apis/policy/v1/namespaces/ns/poddisruptionbudgets"
     assert object_path("Deployment", "ns", "m") == "/apis/apps/v1/namespaces/ns/deployments/m"
+    assert resource_of(object_path("Deployment", "ns", "m")) == "deployments"
+    assert resource_of(collection_path("Pod", "ns")) == "pods"
+    assert resource_of(model_deployment_path("ns", "m") + "/status") == "modeldeployments/status"
     with pytest.raises(ValueError, match="'Node' is not one the operator manages"):
         collection_path("Node", "ns")
     error = ApiError("PATCH", "/x", 403, {"reason": "Forbidden", "message": "no"})
