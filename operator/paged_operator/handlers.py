@@ -184,6 +184,21 @@ def replicas_owner(deployment: Mapping[str, Any]) -> str | None:
     return None
 
 
+def scale_subresource_writer(body: Mapping[str, Any]) -> str | None:
+    """Who set ``spec.replicas.min`` of this ModelDeployment through its ``scale`` subresource, if that write still
+    stands (``kubectl scale``, an HPA or KEDA targeting the ModelDeployment); None when a plain spec write set it.
+
+    The scale subresource is the fleet's fixed count: ``min``, which is the count while autoscaling is off. With
+    autoscaling on, ``min`` is only the autoscaler's floor, so a scaler reading it back as the current count (an
+    HPA does) acts on a wrong number: the control loop reports that (``ScalingLimited=True/ExternalScaler``).
+    """
+    for entry in (body.get("metadata") or {}).get("managedFields") or []:
+        replicas = ((entry.get("fieldsV1") or {}).get("f:spec") or {}).get("f:replicas") or {}
+        if entry.get("subresource") == "scale" and "f:min" in replicas:
+            return str(entry.get("manager") or "an unnamed client")
+    return None
+
+
 def owns_replicas(deployment: Mapping[str, Any]) -> bool:
     """Whether the operator's replica field manager has set ``spec.replicas`` of this Deployment last."""
     return replicas_owner(deployment) == REPLICAS_FIELD_MANAGER
@@ -444,6 +459,7 @@ class ControlLoop:
         progressing = status_builder.progressing_condition(deployment, desired)
         ready = status_builder.ready_condition(len(serving), desired, md.spec.replicas.min)
         recorded: list[Decision] = []
+        scaler = scale_subresource_writer(body) if plan.scale is not None else None
         memory = controller_memory.encode(state)  # written with the decisions it led to, or not at all
 
         def observed(status: ModelDeploymentStatus, _: Mapping[str, Any]) -> None:
@@ -465,12 +481,17 @@ class ControlLoop:
             _set(status, "Progressing", progressing, now, generation)
             _set(status, "Ready", ready, now, generation)
             for cond in plan.conditions:
+                if cond.type == "ScalingLimited" and scaler is not None:
+                    continue  # set below: one write per decision, so its transition time stays put
                 value = status_builder.ConditionValue(cond.status, cond.reason, cond.message)  # type: ignore[arg-type]
                 _set(status, cond.type, value, now, generation)
             if plan.scale is None:
                 who = f"set by {replicas_owner(deployment)}" if external else "replicas.min"
                 off = status_builder.ConditionValue("False", "AutoscalingDisabled", f"{desired} replicas ({who})")
                 _set(status, "ScalingLimited", off, now, generation)
+            elif scaler is not None:
+                _set(status, "ScalingLimited", status_builder.external_scaler(scaler, md.spec.replicas.min), now,
+                     generation)  # fmt: skip
 
         await update_status(kube, body, observed)
         health.observe_fleet(namespace, name, md.spec, desired, len(serving))

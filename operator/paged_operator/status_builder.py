@@ -193,3 +193,15 @@ def is_repeat(status: ModelDeploymentStatus, decision: Decision) -> bool:
         and last.dry_run
         and (last.from_, last.to) == (decision.from_, decision.to)
     )
+
+
+def external_scaler(writer: str, floor: int) -> ConditionValue:
+    """``ScalingLimited`` while autoscaling is on and ``replicas.min`` came through the scale subresource."""
+    return ConditionValue(
+        "True",
+        "ExternalScaler",
+        f"replicas.min was set to {floor} through the scale subresource by {writer} (kubectl scale, an HPA or KEDA): "
+        "with autoscaling enabled the operator's autoscaler sets the count and replicas.min is only its floor, so a "
+        "scaler reading it as the current count acts on a wrong number; to hand the count to an external scaler, "
+        "set autoscaling.enabled: false",
+    )

@@ -49,6 +49,19 @@ def test_replica_ownership_is_read_from_managed_fields() -> None:
     assert not handlers.scaled_externally(manual, {"metadata": {}})  # just created: the operator sets replicas.min
 
 
+def test_a_count_written_through_the_scale_subresource_is_told_apart() -> None:
+    def written(*entries: tuple[str, str | None]) -> dict:
+        fields = {"f:spec": {"f:replicas": {"f:min": {}}}}
+        managed = [{"manager": m, "operation": "Update", "fieldsV1": fields} | ({"subresource": sub} if sub else {})
+                   for m, sub in entries]  # fmt: skip
+        return {"metadata": {"managedFields": managed}}
+
+    assert handlers.scale_subresource_writer(written(("kube-controller-manager", "scale"))) == "kube-controller-manager"
+    assert handlers.scale_subresource_writer(written(("kubectl-edit", None))) is None
+    assert handlers.scale_subresource_writer(written(("paged-operator", "status"))) is None  # not the count
+    assert handlers.scale_subresource_writer({"metadata": {}}) is None
+
+
 ADAPTIVE = {"maxNumSeqs": 16, "maxNumBatchedTokens": 1024, "adaptive": {"enabled": True}}
 
 

@@ -151,6 +151,41 @@ def test_kubectl_scale_sets_the_minimum_through_the_scale_subresource(
     assert refused.value.code == 422
 
 
+def test_a_scaler_on_an_autoscaled_model_deployment_is_reported(
+    kube_admin: KubeClient, kube_namespace: str, operator: OperatorProcess
+) -> None:
+    """With autoscaling on, ``min`` is the autoscaler's floor: a scale-subresource write (an HPA's, here) raises it,
+    and the status says that this is not the count an external scaler may think it is; a plain spec edit of
+    ``min`` afterwards clears it."""
+    ns = kube_namespace
+    kube_admin.create(md_path(ns), model_deployment("both", replicas={"min": 1, "max": 4}, autoscaling=FAST))
+    wait_for("generation 1 observed", lambda: status_at_generation(kube_admin, ns, "both", 1), 60)
+    kube_admin.request(
+        "PATCH",
+        f"{md_path(ns, 'both')}/scale",
+        {"spec": {"replicas": 2}},
+        params={"fieldManager": "kube-controller-manager"},
+        content_type="application/merge-patch+json",
+    )
+    wait_for("the floor raised", lambda: deployment_replicas(kube_admin, ns, "both", 2), 60)
+
+    def limited_by(reason: str) -> dict[str, Any] | None:
+        found = condition(kube_admin.get(md_path(ns, "both")), "ScalingLimited")
+        return found if found and found["reason"] == reason else None
+
+    reported = wait_for("ScalingLimited=ExternalScaler", lambda: limited_by("ExternalScaler"), 30)
+    assert reported["status"] == "True" and "by kube-controller-manager" in reported["message"]
+    assert "autoscaling.enabled: false" in reported["message"]
+    kube_admin.request(
+        "PATCH",
+        md_path(ns, "both"),
+        {"spec": {"replicas": {"min": 1}}},
+        params={"fieldManager": "kubectl-edit"},
+        content_type="application/merge-patch+json",
+    )
+    wait_for("the report cleared", lambda: not limited_by("ExternalScaler"), 30)
+
+
 def test_the_operator_is_the_only_writer_of_replicas(
     kube_admin: KubeClient, kube_namespace: str, operator: OperatorProcess
 ) -> None:
