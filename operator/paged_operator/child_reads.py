@@ -21,9 +21,12 @@ import kopf
 
 from paged_operator import children
 from paged_operator.kube_io import KubeApi, collection_path, object_path
+from paged_operator.router_children import ROUTER_LABEL
 
 #: Labels every engine child carries (``children.labels``): the watches select on them.
 MANAGED = {"app.kubernetes.io/managed-by": "paged-operator", children.MODEL_DEPLOYMENT_LABEL: kopf.PRESENT}
+#: The router pods' (``router_children.router_labels``): their demand wakes a fleet at zero.
+ROUTERS = {"app.kubernetes.io/managed-by": "paged-operator", ROUTER_LABEL: kopf.PRESENT}
 
 
 class ChildReads(Protocol):
@@ -32,6 +35,8 @@ class ChildReads(Protocol):
     async def config_map(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
     async def pods(self, namespace: str, model_deployment: str) -> list[Mapping[str, Any]]: ...
+
+    async def router_pods(self, namespace: str, model_deployment: str) -> list[Mapping[str, Any]]: ...
 
 
 class ApiReads:
@@ -51,18 +56,24 @@ class ApiReads:
         path = collection_path("Pod", namespace)
         return (await self._kube.get(path, labelSelector=selector))["items"]
 
+    async def router_pods(self, namespace: str, model_deployment: str) -> list[Mapping[str, Any]]:
+        path = collection_path("Pod", namespace)
+        return (await self._kube.get(path, labelSelector=f"{ROUTER_LABEL}={model_deployment}"))["items"]
+
 
 class IndexReads:
     """Reads from the indexes ``register`` declares (kopf hands them to every handler by name)."""
 
-    def __init__(self, deployments: kopf.Index, config_maps: kopf.Index, pods: kopf.Index) -> None:
-        self._deployments, self._config_maps, self._pods = deployments, config_maps, pods
+    def __init__(self, deployments: kopf.Index, config_maps: kopf.Index, pods: kopf.Index, routers: kopf.Index) -> None:
+        self._deployments, self._config_maps, self._pods, self._routers = deployments, config_maps, pods, routers
 
     @classmethod
     def from_handler_kwargs(cls, kwargs: Mapping[str, Any]) -> IndexReads | None:
         """The indexes a handler was given, or None when the watches are off (not registered)."""
         try:
-            return cls(kwargs["engine_deployments"], kwargs["engine_config_maps"], kwargs["engine_pods"])
+            return cls(
+                kwargs["engine_deployments"], kwargs["engine_config_maps"], kwargs["engine_pods"], kwargs["router_pods"]
+            )
         except KeyError:
             return None
 
@@ -74,6 +85,9 @@ class IndexReads:
 
     async def pods(self, namespace: str, model_deployment: str) -> list[Mapping[str, Any]]:
         return list(self._pods.get((namespace, model_deployment), ()))
+
+    async def router_pods(self, namespace: str, model_deployment: str) -> list[Mapping[str, Any]]:
+        return list(self._routers.get((namespace, model_deployment), ()))
 
 
 def _one(index: kopf.Index, key: tuple[str, str]) -> Mapping[str, Any] | None:
@@ -88,10 +102,15 @@ def _by_owner(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: 
     return {(namespace or "", labels[children.MODEL_DEPLOYMENT_LABEL]): copy.deepcopy(dict(body))}
 
 
+def _by_router(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[tuple[str, str], Any]:
+    return {(namespace or "", labels[ROUTER_LABEL]): copy.deepcopy(dict(body))}
+
+
 def register(registry: kopf.OperatorRegistry | None = None) -> None:
-    """Declare the watches (before the operator starts): engine Deployments and ConfigMaps by name, engine pods
-    by their ModelDeployment. The handlers then find them as ``engine_deployments``, ``engine_config_maps``
-    and ``engine_pods``."""
+    """Declare the watches (before the operator starts): engine Deployments and ConfigMaps by name, engine and
+    router pods by their ModelDeployment. The handlers then find them as ``engine_deployments``,
+    ``engine_config_maps``, ``engine_pods`` and ``router_pods``."""
     kopf.index("apps", "v1", "deployments", labels=MANAGED, id="engine_deployments", registry=registry)(_by_name)
     kopf.index("v1", "configmaps", labels=MANAGED, id="engine_config_maps", registry=registry)(_by_name)
     kopf.index("v1", "pods", labels=MANAGED, id="engine_pods", registry=registry)(_by_owner)
+    kopf.index("v1", "pods", labels=ROUTERS, id="router_pods", registry=registry)(_by_router)

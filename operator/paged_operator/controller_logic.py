@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from paged_operator import autoscaler, budget_tuner
+from paged_operator import autoscaler, budget_tuner, scale_to_zero
 from paged_operator.arbiter import Action, ArbiterSpec, ArbiterState, Verdict, arbitrate
 from paged_operator.autoscaler import AutoscalerState, AutoscalingPolicySpec, ScaleDecision, ScalingLimit
 from paged_operator.budget_tuner import Budgets, BudgetSpec, TuneDecision, TunerState
 from paged_operator.metrics import EngineSample, FleetView, SampleWindow, fleet_view, is_degraded
+from paged_operator.scale_to_zero import RouterDemand, ZeroSpec, ZeroState
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class ControllerSpec:
 
     autoscaling: None disables the autoscaler (the replica count is left to the user's spec).
     budget: None disables the budget tuner.
+    zero: scale to zero when idle and back on held requests (``scale_to_zero``); None: off. With it on, the
+        autoscaler's own lower bound is at least 1: going to zero is ``scale_to_zero``'s decision alone.
     rate_window_s: window (seconds) for counter rates and latency quantiles.
     min_reporting_fraction: share of ready pods that must answer a scrape; below it the deployment is
         ``Degraded`` and the autoscaler does not scale down.
@@ -38,6 +41,7 @@ class ControllerSpec:
     autoscaling: AutoscalingPolicySpec | None
     budget: BudgetSpec | None
     arbiter: ArbiterSpec = field(default_factory=ArbiterSpec)
+    zero: ZeroSpec | None = None
     rate_window_s: float = 30.0
     min_reporting_fraction: float = 0.5
 
@@ -56,6 +60,7 @@ class ControllerState:
     autoscaler: AutoscalerState
     tuner: TunerState | None
     arbiter: ArbiterState
+    zero: ZeroState = field(default_factory=ZeroState)
 
 
 def initial_state(spec: ControllerSpec, budgets: Budgets | None) -> ControllerState:
@@ -77,6 +82,7 @@ class Observation:
 
     ``unschedulable``: pods the scheduler has not placed for too long (pod → its message). They are not in
     ``starting``: no capacity is on its way from them.
+    ``router``: what the ModelDeployment's routers hold and received (None: no router, or none answered).
     """
 
     time: float
@@ -85,6 +91,7 @@ class Observation:
     samples: tuple[EngineSample, ...]
     failures: Mapping[str, str] = field(default_factory=dict)
     unschedulable: Mapping[str, str] = field(default_factory=dict)
+    router: RouterDemand | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +176,20 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
         spec.arbiter, state.arbiter, competing, tune, tuner_cooling=cooling, now=obs.time
     )
 
+    zero_state = state.zero
+    if spec.zero is not None:
+        busy = view is not None and (view.running_per_replica > 0 or view.waiting_per_replica > 0)
+        zero, zero_state = scale_to_zero.decide(
+            spec.zero, state.zero, obs.router, capacity=capacity, busy=busy, now=obs.time
+        )
+        if zero.replicas is not None:
+            dry = scale is not None and scale.dry_run
+            scale = ScaleDecision(desired=zero.replicas, current=capacity, reason=zero.reason, dry_run=dry)
+            if zero.replicas != capacity and not dry:
+                verdict = Verdict(Action.SCALE, "Z", zero.reason, zero.replicas)
+            else:
+                verdict = Verdict(Action.NONE, "Z", zero.reason)
+
     tuner_state = state.tuner
     if verdict.action is Action.TUNE and spec.budget is not None and tuner_state is not None:
         tuner_state = budget_tuner.applied(spec.budget, tuner_state, tune, obs.time)
@@ -196,7 +217,9 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
         view=view,
         conditions=_conditions(spec, obs, view, scale),
     )
-    new_state = replace(state, window=window, autoscaler=scaler_state, tuner=tuner_state, arbiter=arbiter_state)
+    new_state = replace(
+        state, window=window, autoscaler=scaler_state, tuner=tuner_state, arbiter=arbiter_state, zero=zero_state
+    )
     return plan, new_state
 
 

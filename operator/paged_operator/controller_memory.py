@@ -8,7 +8,8 @@ What is kept is what a restart would otherwise lose and what changes decisions:
   floor left by an undone scale-down and the per-replica capacity it has seen on target;
 * the budget tuner's budgets, the time of its last change (its cool-down) and the levels at which a
   preemption storm or an ITL break happened (its raises stay below them);
-* the arbiter's deferred scale-up.
+* the arbiter's deferred scale-up;
+* scale-to-zero's idle clock (the last time requests arrived, waited or ran).
 
 The raw metric samples are not kept: rates need two fresh scrapes anyway, and they are the bulk.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from paged_platform.api.status import CONTROLLER_MEMORY_MAX_CHARS
@@ -32,6 +34,7 @@ from paged_operator.autoscaler import AutoscalerState, Recommendation
 from paged_operator.budget_tuner import Budgets, TuneKind, TunerState
 from paged_operator.controller_logic import ControllerSpec, ControllerState, initial_state
 from paged_operator.metrics import SampleWindow
+from paged_operator.scale_to_zero import ZeroState
 
 #: Bumped when the format changes; other versions are ignored (start fresh), never misread.
 VERSION = 1
@@ -60,6 +63,7 @@ def encode(state: ControllerState) -> str:
             "upDeferredSince": state.arbiter.up_deferred_since,
             "lastTune": state.arbiter.last_tune.value if state.arbiter.last_tune is not None else None,
         },
+        "zero": {"arrivals": state.zero.arrivals_total, "lastActive": state.zero.last_active},
     }
     text = _dumps(body)
     history = body["autoscaler"]["history"]
@@ -95,7 +99,7 @@ def decode(text: str | None, *, rate_window_s: float) -> ControllerState | None:
         body = json.loads(text)
         if not isinstance(body, dict) or body.get("v") != VERSION:
             return None
-        scaler, arbiter = body["autoscaler"], body["arbiter"]
+        scaler, arbiter, zero = body["autoscaler"], body["arbiter"], body.get("zero") or {}
         last_down = scaler["lastDown"]
         autoscaler = AutoscalerState(
             history=tuple(Recommendation(float(t), float(d), float(b), int(n)) for t, d, b, n in scaler["history"]),
@@ -121,6 +125,7 @@ def decode(text: str | None, *, rate_window_s: float) -> ControllerState | None:
                 up_deferred_since=_opt_float(arbiter["upDeferredSince"]),
                 last_tune=TuneKind(tune) if tune is not None else None,
             ),
+            zero=ZeroState(_opt_float(zero.get("arrivals")), _opt_float(zero.get("lastActive"))),
         )
     except (ValueError, TypeError, KeyError, IndexError):
         return None  # not ours to read (json.JSONDecodeError is a ValueError)
@@ -162,6 +167,4 @@ def restore(spec: ControllerSpec, budgets: Budgets, text: str | None) -> Control
         tuner = None
     elif tuner is None or tuner.budgets != spec.budget.clamp(budgets):
         tuner = budget_tuner.initial_state(spec.budget, budgets)
-    return ControllerState(
-        window=remembered.window, autoscaler=remembered.autoscaler, tuner=tuner, arbiter=remembered.arbiter
-    )
+    return replace(remembered, tuner=tuner)

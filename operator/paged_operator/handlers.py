@@ -37,6 +37,7 @@ from paged_operator import (
     controller_memory,
     health,
     router_children,
+    router_demand,
     status_builder,
 )
 from paged_operator.budget_tuner import Budgets
@@ -45,11 +46,14 @@ from paged_operator.controller_logic import ControllerSpec, ControllerState, Obs
 from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
 from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, NotLeading, object_path
 from paged_operator.policy_config import controller_spec, starting_budgets
+from paged_operator.scale_to_zero import RouterDemand
 from paged_operator.scrape import PodScraper
 from paged_operator.status_writer import WriteConflict, advance_generation, read_status, set_replicas, update_status
 
 log = logging.getLogger(__name__)
 ANNOTATION_PREFIX = "operator.paged.dev"
+#: How often a fleet at zero asks its routers whether they hold a request (the wake-up latency it adds).
+ZERO_POLL_S = 1.0
 MAX_BACKOFF_S = 60.0
 
 
@@ -348,6 +352,7 @@ async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, 
     while not stopped:
         snapshot = dict(body)  # kopf keeps ``body`` current; one consistent copy per decision
         interval = 15.0
+        loop.at_zero = False  # set again by a decision that leaves the fleet at zero
         try:
             md = _parse(snapshot)
             interval = float(md.spec.autoscaling.interval_seconds)
@@ -357,7 +362,10 @@ async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, 
             pass  # reported by ``reconcile``; nothing to decide on
         except (ApiError, httpx.HTTPError, kopf.TemporaryError, WriteConflict, NotLeading) as exc:
             logger.warning(f"decision skipped, retrying in {interval:g} s: {exc}")
-        await stopped.wait(interval)
+        if loop.at_zero:
+            await loop.pause(md, stopped, interval)
+        else:
+            await stopped.wait(interval)
 
 
 @dataclass
@@ -367,6 +375,7 @@ class ControlLoop:
     shared: Shared
     reads: ChildReads | None = None  # None: GET / LIST from the API server
     state: ControllerState | None = None
+    at_zero: bool = False  # scaled to zero, waiting for a router to hold a request
     not_serving: dict[str, str] = field(default_factory=dict)
 
     def _state_for(self, spec: ControllerSpec, budgets: Budgets, memory: str | None = None) -> ControllerState:
@@ -421,6 +430,7 @@ class ControlLoop:
             samples=scraped.samples,
             failures=scraped.failures,
             unschedulable=stuck,
+            router=await self._router_demand(reads, md) if spec.zero is not None else None,
         )
         plan, state = decide(spec, state, obs)
         self.state = state
@@ -495,8 +505,30 @@ class ControlLoop:
 
         await update_status(kube, body, observed)
         health.observe_fleet(namespace, name, md.spec, desired, len(serving))
+        self.at_zero = spec.zero is not None and desired == 0
         for decision in recorded:
             await self._record(body, decision, plan)
+
+    async def _router_demand(self, reads: ChildReads, md: ModelDeployment) -> RouterDemand | None:
+        """What the ModelDeployment's routers hold and received (None when none answered)."""
+        pods = [p for p in await reads.router_pods(md.metadata.namespace or "", md.metadata.name)
+                if status_builder.pod_is_ready(p)]  # fmt: skip
+        urls = [f"{engine_pod(p, router_children.ROUTER_PORT).base_url}/metrics" for p in pods]
+        return await router_demand.collect(self.shared.http, urls, timeout_s=self.shared.options.scrape_timeout_s)
+
+    async def pause(self, md: ModelDeployment, stopped: kopf.DaemonStopped, interval: float) -> None:
+        """Until the next decision: ``interval``, cut short at zero replicas as soon as a router holds a request
+        (it is asked every ``ZERO_POLL_S``; a plain HTTP call to the router, nothing to the API server)."""
+        if not self.at_zero:
+            await stopped.wait(interval)
+            return
+        reads = self.reads or ApiReads(self.shared.kube)
+        deadline = time.monotonic() + interval
+        while not stopped and time.monotonic() < deadline:
+            await stopped.wait(min(ZERO_POLL_S, max(0.0, deadline - time.monotonic())))
+            demand = await self._router_demand(reads, md)
+            if demand is not None and demand.held > 0:
+                return
 
     async def _push(
         self, md: ModelDeployment, body: Mapping[str, Any], serving: list[EnginePod], plan: Plan, target: Budgets

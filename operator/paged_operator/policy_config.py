@@ -13,6 +13,7 @@ from paged_operator.arbiter import ArbiterSpec
 from paged_operator.autoscaler import AutoscalingPolicySpec
 from paged_operator.budget_tuner import Budgets, BudgetSpec
 from paged_operator.controller_logic import ControllerSpec
+from paged_operator.scale_to_zero import ZeroSpec
 
 #: Windows that average samples span at least this many decision intervals.
 SAMPLES_PER_WINDOW = 2
@@ -25,10 +26,11 @@ def controller_spec(spec: ModelDeploymentSpec) -> ControllerSpec:
     interval = float(spec.autoscaling.interval_seconds)
     window = max(30.0, SAMPLES_PER_WINDOW * interval)
     autoscaling = None
+    zero = scales_to_zero(spec)
     if spec.autoscaling.enabled:
         targets, up, down = spec.autoscaling.targets, spec.autoscaling.scale_up, spec.autoscaling.scale_down
         autoscaling = AutoscalingPolicySpec(
-            min_replicas=spec.replicas.min,
+            min_replicas=max(1, spec.replicas.min) if zero is not None else spec.replicas.min,
             max_replicas=spec.replicas.max,
             target_kv_usage=targets.kv_cache_usage,
             target_waiting_per_replica=targets.waiting_per_replica,
@@ -52,7 +54,17 @@ def controller_spec(spec: ModelDeploymentSpec) -> ControllerSpec:
             ttft_p95_slo_s=spec.autoscaling.targets.ttft_p95_seconds,
             cooldown_s=max(60.0, INTERVALS_PER_COOLDOWN * interval),
         )
-    return ControllerSpec(autoscaling=autoscaling, budget=budget, arbiter=ArbiterSpec(), rate_window_s=window)
+    return ControllerSpec(
+        autoscaling=autoscaling, budget=budget, arbiter=ArbiterSpec(), zero=zero, rate_window_s=window
+    )
+
+
+def scales_to_zero(spec: ModelDeploymentSpec) -> ZeroSpec | None:
+    """Scale to zero needs ``replicas.min: 0``, the autoscaler, and a router to hold requests and report demand
+    (without one, nothing would wake the fleet: it then never goes below one replica by idleness)."""
+    if spec.replicas.min == 0 and spec.autoscaling.enabled and spec.router.enabled:
+        return ZeroSpec(idle_s=float(spec.autoscaling.idle_seconds))
+    return None
 
 
 def starting_budgets(spec: ModelDeploymentSpec) -> Budgets:

@@ -14,6 +14,7 @@ from paged_operator.autoscaler import AutoscalerState, AutoscalingPolicySpec, Re
 from paged_operator.budget_tuner import Budgets, BudgetSpec, TuneKind, TunerState
 from paged_operator.controller_logic import ControllerSpec, ControllerState, initial_state
 from paged_operator.metrics import SampleWindow
+from paged_operator.scale_to_zero import ZeroState
 from paged_platform.api import ModelDeploymentStatus
 
 SPEC = ControllerSpec(
@@ -42,7 +43,8 @@ def full_state() -> ControllerState:
         Budgets(48, 2048), NOW - 20, storm_level=64, storm_until=NOW + 580, itl_level=4096, itl_until=NOW
     )
     arbiter = ArbiterState(up_deferred_since=NOW - 45, last_tune=TuneKind.LOWER_SEQS)
-    return ControllerState(SampleWindow(horizon_s=SPEC.rate_window_s), scaler, tuner, arbiter)
+    zero = ZeroState(arrivals_total=1234.0, last_active=NOW - 42)
+    return ControllerState(SampleWindow(horizon_s=SPEC.rate_window_s), scaler, tuner, arbiter, zero)
 
 
 def test_read_back_as_written() -> None:

@@ -65,3 +65,13 @@ def test_autoscaling_disabled() -> None:
 def test_scale_to_zero_is_accepted() -> None:
     c = controller_spec(ModelDeploymentSpec.model_validate({"replicas": {"min": 0, "max": 3}}))
     assert c.autoscaling is not None and c.autoscaling.min_replicas == 0
+    assert c.zero is None  # no router to hold requests and wake it: the autoscaler may reach 0 but nothing wakes it
+
+
+def test_scale_to_zero_with_a_router_is_the_idle_policys() -> None:
+    spec = {"replicas": {"min": 0, "max": 3}, "router": {"enabled": True}, "autoscaling": {"idleSeconds": 120}}
+    c = controller_spec(ModelDeploymentSpec.model_validate(spec))
+    assert c.zero is not None and c.zero.idle_s == 120
+    assert c.autoscaling is not None and c.autoscaling.min_replicas == 1  # zero only by idleness
+    with_floor = {**spec, "replicas": {"min": 1, "max": 3}}
+    assert controller_spec(ModelDeploymentSpec.model_validate(with_floor)).zero is None

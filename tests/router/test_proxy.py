@@ -164,10 +164,18 @@ def test_requests_are_held_while_no_replica_is_ready_and_served_when_one_is(fake
     r = router([a.url], "--queue-timeout", "20")
     held, result = _in_background(lambda: complete(r))
     wait_until(lambda: httpx.get(f"{r.url}/router/replicas").json()["queued"].get(FAKE_MODEL) == 1)
+    assert router_metric(r, "paged_router_queue_depth") == 1  # the demand a fleet at zero wakes on
+    assert router_metric(r, "paged_router_arrivals_total") == 1
     control(a, draining=False)
     held.join(20)
     assert result["value"].status_code == 200
     assert text_of(result["value"]) == "a"
+    # The cold start is reported (time to its first byte); a request to a ready replica is not a cold start.
+    assert router_metric(r, "paged_router_cold_start_seconds_count") == 1
+    assert router_metric(r, "paged_router_cold_start_seconds_sum") > 0
+    assert complete(r).status_code == 200
+    assert router_metric(r, "paged_router_cold_start_seconds_count") == 1
+    assert router_metric(r, "paged_router_arrivals_total") == 2 and router_metric(r, "paged_router_queue_depth") == 0
 
 
 def test_a_client_leaving_mid_stream_closes_the_replicas_stream(fakes, router):

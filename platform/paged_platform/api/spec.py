@@ -203,6 +203,9 @@ class AutoscalingSpec(ApiModel):
     """Decide and report (status.decisions, events) without changing the replica count."""
     interval_seconds: int = Field(15, ge=5, le=600)
     """How often metrics are read and a decision is made."""
+    idle_seconds: int = Field(300, ge=30, le=86400)
+    """With `replicas.min: 0` and `router.enabled`: scale to zero after this long without requests (the router
+    then holds new requests while the operator scales back to one replica)."""
     targets: AutoscalingTargets = _sub(AutoscalingTargets)
     scale_up: ScaleUpPolicy = _sub(ScaleUpPolicy)
     scale_down: ScaleDownPolicy = _sub(ScaleDownPolicy)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+import time
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -92,15 +93,20 @@ class Router:
 
     async def relay_post(self, request: Request) -> Response:
         model = "unknown"
+        arrived = time.monotonic()
+        cold = not any(r.ready for r in self.pool.replicas.values())  # held until a fleet at zero wakes
         try:
             body = await self._read_body(request)
             route = self._route_request(body, request)
             model = route.model
+            self.metrics.arrivals.labels(model).inc()
             upstream = await _unless_client_leaves(request, open_upstream(
                 self.pool, self.session, self.metrics, route, request.url.path, body,
                 forwarded_headers(request.headers), self.limits.max_retries,
             ))  # fmt: skip
         except RouterError as exc:
+            if model == "unknown":
+                self.metrics.arrivals.labels(model).inc()  # refused before its model was known: still an arrival
             self.metrics.rejected.labels(model, exc.reason).inc()
             return exc.response()
         except ClientGoneError:
@@ -108,8 +114,11 @@ class Router:
             return Response(status_code=499)
         self.metrics.prefix_queries.labels(model).inc(len(route.chunks))
         self.metrics.prefix_hits.labels(model).inc(upstream.lease.decision.matched_chunks)
+        chunks = relay(upstream, self.pool, self.metrics)
+        if cold:
+            chunks = _timing_first_chunk(chunks, arrived, self.metrics.cold_starts.labels(model), model)
         return StreamingResponse(
-            relay(upstream, self.pool, self.metrics),
+            chunks,
             status_code=upstream.response.status,
             headers=response_headers(upstream.response.headers),
         )
@@ -161,6 +170,21 @@ class Router:
         states = [asdict(r) | {"models": sorted(r.models)} for r in self.pool.replicas.values()]
         queues = {model: len(queue) for model, queue in self.pool.queues.items()}
         return JSONResponse({"policy": self.pool.policy.name, "replicas": states, "queued": queues})
+
+
+async def _timing_first_chunk(
+    chunks: AsyncIterator[bytes], arrived: float, histogram: Histogram, model: str
+) -> AsyncIterator[bytes]:
+    """``chunks``, observing the time from ``arrived`` to the first one (a cold start's time to first byte)."""
+    first = True
+    async for chunk in chunks:
+        if first:
+            first = False
+            waited = time.monotonic() - arrived
+            histogram.observe(waited)
+            log.info("cold start for %s: first byte %.2f s after the request arrived with no ready replica", model,
+                     waited)  # fmt: skip
+        yield chunk
 
 
 class ClientGoneError(Exception):

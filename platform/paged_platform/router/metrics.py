@@ -6,6 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 disable_created_metrics()  # the *_created series only double the scrape size
 
+COLD_START_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 QUEUE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -13,6 +14,21 @@ class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.arrivals = Counter(
+            "paged_router_arrivals",
+            "Requests received, whatever became of them (with the queue depth, the demand the operator reads to "
+            "scale a ModelDeployment from and to zero)",
+            ["model_name"],
+            registry=r,
+        )
+        self.cold_starts = Histogram(
+            "paged_router_cold_start_seconds",
+            "From the arrival of a request that found no ready replica to the first byte of its response: what "
+            "a client waits while a fleet scales from zero",
+            ["model_name"],
+            buckets=COLD_START_BUCKETS,
+            registry=r,
+        )
         self.requests = Counter(
             "paged_router_requests",
             "Requests sent to a replica, by replica and by the policy's reason for choosing it",

@@ -1,0 +1,49 @@
+"""The demand a ModelDeployment's routers report (``paged_router_queue_depth``, ``paged_router_arrivals_total``):
+what wakes a fleet at zero and what tells it is idle (``scale_to_zero``).
+
+Every router pod is asked at once, each with its own timeout; the figures are summed over those that answered.
+None when none answered: no evidence either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from paged_operator.scale_to_zero import RouterDemand
+
+HELD = "paged_router_queue_depth"
+ARRIVALS = "paged_router_arrivals_total"
+
+
+def parse(text: str) -> RouterDemand:
+    """Sum the two series over their labels (one router serves one ModelDeployment, possibly several names)."""
+    held = arrivals = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == HELD:
+                held += sample.value
+            elif sample.name == ARRIVALS:
+                arrivals += sample.value
+    return RouterDemand(held, arrivals)
+
+
+async def collect(client: httpx.AsyncClient, urls: Sequence[str], *, timeout_s: float) -> RouterDemand | None:
+    """``urls``: the routers' ``/metrics``."""
+
+    async def one(url: str) -> RouterDemand | None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                response = await client.get(url, timeout=timeout_s)
+            response.raise_for_status()
+            return parse(response.text)
+        except (TimeoutError, httpx.HTTPError, ValueError):
+            return None
+
+    answers = [a for a in await asyncio.gather(*(one(u) for u in urls)) if a is not None]
+    if not answers:
+        return None
+    return RouterDemand(sum(a.held for a in answers), sum(a.arrivals_total for a in answers))
