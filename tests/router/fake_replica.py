@@ -1,4 +1,4 @@
-"""A stand-in engine replica for router tests, run as its own process: ``python fake_replica.py PORT NAME``.
+"""A stand-in engine replica for router tests, run as its own process: ``python fake_replica.py PORT NAME [HOST]``.
 
 It speaks just enough of the engine's surface (``/ready``, ``/metrics`` with ``model_name`` labels,
 ``/v1/models``, streamed and plain completions) and can be told through ``POST /control`` to drain, to refuse
@@ -102,4 +102,5 @@ app = Starlette(
 )  # fmt: skip
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    host = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1"  # a pod's loopback IP on the test bed
+    uvicorn.run(app, host=host, port=int(sys.argv[1]), log_level="warning")
