@@ -79,7 +79,7 @@ def test_policy_state_survives_spec_changes_and_the_tuner_follows_the_config_map
     assert loop._state_for(static, Budgets(64, 2048)).tuner is None
 
 
-def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     key = ["--token-key-file", "/k"]
     args = build_parser().parse_args(["run", "--standalone", "-n", "a", "-n", "b", "--metrics-port", "9090", *key])
     assert (args.namespace, args.standalone, args.metrics_port, args.all_namespaces) == (["a", "b"], True, 9090, False)
@@ -90,6 +90,16 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         build_parser().parse_args(["run", "-A", "--scrape-timeout", "0", *key])
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "-A"])  # no key: the admin tokens could not be derived
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    key_file = tmp_path / "good-key"
+    key_file.write_text("k" * 40)
+    for args, message in [
+        (["--leader-election"], "--leader-election needs --lease-namespace"),
+        (["--leader-election", "--lease-namespace", "ns", "--renew-deadline", "20"], "retry period < renew deadline"),
+    ]:
+        with pytest.raises(SystemExit):
+            main(["run", "-A", "--token-key-file", str(key_file), *args])
+        assert message in capsys.readouterr().err
     short = tmp_path / "key"
     short.write_text("too short")
     with pytest.raises(SystemExit):
