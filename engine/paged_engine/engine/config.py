@@ -79,6 +79,9 @@ class EngineConfig:
         DEFAULT_KV_CACHE_MEMORY, "KV-cache size: bytes (e.g. 2GiB) or a fraction of free memory (e.g. 0.5)",
         parse=parse_memory,
     )  # fmt: skip
+    enforce_eager: bool = _setting(
+        False, "run every step eagerly: no CUDA graphs for decode steps (saves their capture time and memory)"
+    )
     num_kv_blocks: int | None = _setting(None, "exact number of KV-cache blocks (overrides --kv-cache-memory)")
     max_logprobs: int = _setting(
         MAX_LOGPROBS, "most top-N logprobs a request may ask for, per sampled or prompt position"

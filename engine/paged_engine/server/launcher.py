@@ -37,7 +37,7 @@ LOAD_TIMEOUT_S = 1800.0
 INFO_LABELS = {
     "device": "device", "dtype": "dtype", "attention_backend": "attention_backend",
     "attention_fallback": "attention_fallback", "gemm_backend": "gemm_backend", "num_kv_blocks": "num_blocks",
-    "block_size": "block_size",
+    "block_size": "block_size", "prefill_attention": "prefill_attention", "cuda_graphs": "cuda_graphs",
 }  # fmt: skip
 
 
