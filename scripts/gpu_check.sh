@@ -35,7 +35,7 @@ stage() {  # stage NAME SECONDS SCRIPT [ARGS...]
 stage 00-preflight 60 preflight.py --wheels "$wheels"
 stage 01-build 150 build.py
 stage 02-cuda-ops 75 ops_tests.py
-stage 03-greedy 50 greedy.py
+stage 03-greedy 75 greedy.py
 stage 04-bf16-quality 35 quality.py
 stage 05-bandwidth 35 bandwidth.py
 stage 06-throughput 80 throughput.py
