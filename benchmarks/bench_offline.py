@@ -154,7 +154,10 @@ def run_engine(args: argparse.Namespace) -> dict:
     outputs = llm.generate(prompts, params(args.output_len))
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return {"elapsed": elapsed, "cpu_s": cpu, "output_tokens": generated, "prompt_tokens": sum(map(len, prompts))}
+    from paged_engine.attention.cpu_info import describe_cpu
+
+    return {"elapsed": elapsed, "cpu_s": cpu, "output_tokens": generated, "prompt_tokens": sum(map(len, prompts)),
+            "cpu": describe_cpu()}  # fmt: skip
 
 
 def run_hf(args: argparse.Namespace) -> dict:
@@ -223,7 +226,7 @@ def main() -> None:
         results["transformers"] = spawn("hf", argv)
     print(
         f"workload: {args.num_requests} requests x {args.prompt_len} prompt tokens x {args.output_len} output "
-        f"tokens, greedy, fp32, {args.threads} threads"
+        f"tokens, greedy, fp32, {args.threads} threads\nmachine: {results['paged']['cpu']}"
     )
     # CPU seconds are printed too: on a shared machine the wall time also measures the neighbours. "per 2 CPU-s"
     # is the throughput the run would have had with both cores to itself (cache contention aside).

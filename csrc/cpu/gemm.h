@@ -32,14 +32,16 @@ inline void pack_panels(const float* w, int64_t n, int64_t k, float* panels, int
   }
 }
 
-// x [m, k] (rows x_stride apart) -> strips [ceil(m / 6)][k][6]; rows past m are zero.
-inline void pack_strips(const float* x, int64_t x_stride, int64_t m, int64_t k, float* strips) {
-  const int64_t num_strips = (m + kStripRows - 1) / kStripRows;
+// x [m, k] (rows x_stride apart) -> strips [ceil(m / R)][k][R] for R = strip_rows (6 here, 12 for the AVX-512
+// kernel); rows past m are zero.
+inline void pack_strips(const float* x, int64_t x_stride, int64_t m, int64_t k, float* strips,
+                        int strip_rows = kStripRows) {
+  const int64_t num_strips = (m + strip_rows - 1) / strip_rows;
   for (int64_t s = 0; s < num_strips; ++s) {
     for (int64_t kk = 0; kk < k; ++kk) {
-      for (int r = 0; r < kStripRows; ++r) {
-        const int64_t row = s * kStripRows + r;
-        strips[(s * k + kk) * kStripRows + r] = row < m ? x[row * x_stride + kk] : 0.0f;
+      for (int r = 0; r < strip_rows; ++r) {
+        const int64_t row = s * strip_rows + r;
+        strips[(s * k + kk) * strip_rows + r] = row < m ? x[row * x_stride + kk] : 0.0f;
       }
     }
   }

@@ -74,6 +74,10 @@ class EngineConfig:
         "auto", "packed: CPU GEMM weights pre-packed once at load; auto uses it where it runs",
         env="PAGED_GEMM_BACKEND", choices=("auto", "packed", "torch"),
     )  # fmt: skip
+    cpu_isa: str = _setting(
+        "auto", "instruction set of the CPU kernels: auto (the best this CPU has) or a cap (avx2, avx512)",
+        env="PAGED_CPU_ISA", choices=("auto", "avx2", "avx512"),
+    )  # fmt: skip
     block_size: int = _setting(16, "tokens per KV-cache block")
     kv_cache_memory: int | float = _setting(
         DEFAULT_KV_CACHE_MEMORY, "KV-cache size: bytes (e.g. 2GiB) or a fraction of free memory (e.g. 0.5)",
@@ -97,6 +101,8 @@ class EngineConfig:
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.cpu_isa not in ("auto", "avx2", "avx512"):
+            raise ValueError(f"cpu_isa must be auto, avx2 or avx512, got {self.cpu_isa!r}")
         if not 1 <= self.block_size <= 1024:
             raise ValueError(f"block_size must be in [1, 1024], got {self.block_size}")
         self.kv_cache_memory = parse_memory(self.kv_cache_memory)

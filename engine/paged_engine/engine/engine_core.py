@@ -69,6 +69,17 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def apply_cpu_isa(level: str) -> str:
+    """The CPU kernels' instruction set, capped at ``level``; "none" when the kernels can't be built here."""
+    try:
+        ops.load()
+    except ops.KernelBuildError:
+        return "none"
+    isa = ops.cap_cpu_isa(level)
+    logger.info("CPU kernels: %s (this CPU supports %s)", isa, ", ".join(ops.supported_cpu_isas()))
+    return isa
+
+
 def kernel_build() -> KernelBuild:
     try:
         ext = ops.load()
@@ -97,6 +108,7 @@ class EngineCore:
         torch.manual_seed(config.seed)
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
+        self.cpu_isa = apply_cpu_isa(config.cpu_isa)
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         if self.device.type == "cpu":
@@ -244,7 +256,7 @@ class EngineCore:
             "block_size": plan.config.block_size, "device": str(self.device),
             "attention_backend": self.runner.backend.name, "attention_fallback": self.attention.reason or "",
             "prefill_attention": self.prefill_attention, "cuda_graphs": "off" if self.graphs_off is not None else "on",
-            "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
+            "cpu_isa": self.cpu_isa, "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
             "vocab_size": self.limits.vocab_size, "max_logprobs": self.limits.max_logprobs,
             "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
         }  # fmt: skip
