@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from paged_platform.bench.step_breakdown import PhaseRow, breakdown, format_breakdown, scrape_phases
 
 VENV_BIN = Path(sys.executable).parent
 SERVED_NAME = "bench-model"
@@ -219,6 +220,7 @@ def main() -> None:
     folder = model_folder(args.model)
     env = server_env(args)
     results: dict[str, dict] = {}
+    breakdowns: dict[str, list[PhaseRow]] = {}
     for system in args.systems:
         port = free_port()
         if system == "vllm":
@@ -233,9 +235,14 @@ def main() -> None:
             command = paged_command(folder, port, args)
         print(f"== {system}: {' '.join(command)}", flush=True)
         with running(system, command, port, env, args.start_timeout) as url:
+            before = scrape_phases(url) if system == "paged" else {}
             results[system] = run_bench(url, folder, bench_args)
+            if system == "paged":
+                breakdowns[system] = breakdown(before, scrape_phases(url))
     print(f"\nworkload: paged-ctl bench {' '.join(bench_args)}")
     print_table(results, baseline="vllm")
+    for system, rows in breakdowns.items():
+        print(f"\n{system}: step-time breakdown while serving (paged_step_phase_seconds)\n{format_breakdown(rows)}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -36,6 +36,7 @@ from paged_engine.worker.cpu_malloc import keep_freed_memory
 from paged_engine.worker.cuda_graphs import graphs_off_reason
 from paged_engine.worker.kv_cache import plan_kv_cache
 from paged_engine.worker.model_runner import ModelRunner
+from paged_engine.worker.step_timing import StepClock
 
 logger = logging.getLogger(__name__)
 MAX_NUM_SEQS_LIMIT_FLOOR = 256
@@ -238,10 +239,14 @@ class EngineCore:
 
     def step(self) -> list[EngineCoreOutput]:
         """One scheduler step and one forward pass; returns what changed per request."""
+        clock = StepClock()
         scheduler_output = self.scheduler.schedule()
+        clock.lap("schedule")
         runner_output = self.runner.execute_model(scheduler_output)
+        clock.skip(self.runner.last_phases)
         result = self.scheduler.update_from_output(scheduler_output, runner_output)
-        self.last_stats = result.stats
+        clock.lap("update")
+        self.last_stats = dataclasses.replace(result.stats, step_phases=clock.phases)
         self.num_preemptions += result.stats.num_preemptions
         return result.outputs
 

@@ -27,6 +27,7 @@ from paged_engine.worker.input_batch import InputBatch
 from paged_engine.worker.kv_cache import KVCachePlan, allocate_kv_caches
 from paged_engine.worker.request_faults import report, run_isolated
 from paged_engine.worker.step_buffers import StepBuffers
+from paged_engine.worker.step_timing import StepClock, TimedAttention
 
 
 @dataclass
@@ -69,7 +70,10 @@ class ModelRunner:
             raise ValueError(f"decode_mode must be one of {DECODE_MODES}, got {decode_mode!r}")
         self.model = model
         self.plan = plan
-        self.backend = backend
+        # attention timed separately where kernels are synchronous (step_timing); a graph replays untimed
+        self.timed_attention = TimedAttention(backend) if torch.device(device).type == "cpu" else None
+        self.backend = self.timed_attention or backend
+        self.last_phases: dict[str, float] = {}
         self.eos_token_ids = tuple(eos_token_ids)
         self.device = torch.device(device)
         self.max_model_len = max_model_len
@@ -77,7 +81,7 @@ class ModelRunner:
         self.block_size = plan.config.block_size
         self.kv_caches = allocate_kv_caches(model, plan, dtype, self.device)
         for layer in model.attention_layers:
-            layer.backend = backend
+            layer.backend = self.backend
         # req_id -> prompt positions whose logprobs were reported; survives preemption so recompute does not
         # report them twice
         self._prompt_logprobs_done: dict[str, int] = {}
@@ -188,6 +192,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        clock = StepClock()
+        self.last_phases = clock.phases
         result = ModelRunnerOutput()
         self._update_states(out, result.failed)
         scheduled = out.num_scheduled_tokens
@@ -196,14 +202,28 @@ class ModelRunner:
         if not scheduled:
             return result
         inputs = self._prepare_inputs(scheduled)
+        clock.lap("prepare")
+        if self.timed_attention is not None:
+            self.timed_attention.seconds = 0.0
         hidden = self._forward(inputs)
+        clock.lap("model")
+        if self.timed_attention is not None:
+            clock.phases["model"] -= self.timed_attention.seconds
+            clock.phases["attention"] = self.timed_attention.seconds
+        try:
+            self._sample(inputs, hidden, result)
+        finally:
+            clock.lap("sample")
+        return result
+
+    def _sample(self, inputs: StepInputs, hidden: torch.Tensor, result: ModelRunnerOutput) -> None:
         for req_id in inputs.req_ids:
             result.sampled_token_ids[req_id] = []
         self._prompt_logprobs(inputs, hidden, result)
         states = [self.batch.states[int(row)] for row in inputs.sample_rows]
         live = [i for i, state in enumerate(states) if state is not None and state.req_id not in result.failed]
         if not live:
-            return result
+            return
 
         def sample(positions: Sequence[int]) -> list[tuple[int, Logprobs | None]]:
             # Logits are computed here, not reused from a failed attempt: the sampler edits them in place.
@@ -228,7 +248,6 @@ class ModelRunner:
             result.sampled_token_ids[state.req_id] = [token]
             if row_logprobs is not None:
                 result.logprobs[state.req_id] = [row_logprobs]
-        return result
 
     def _prompt_logprobs(self, inputs: StepInputs, hidden: torch.Tensor, result: ModelRunnerOutput) -> None:
         """Logprobs of the prompt tokens this step's chunks predict, for requests that asked. Entry ``j`` of a
