@@ -59,24 +59,10 @@ PAGED_TARGET_AVX512 inline void row_times_panel(const float* strip, int row, con
 }
 
 // As cpu::gemm_panels, with strips of 12 rows (pack them with pack_strips(..., kStripRows)).
-PAGED_TARGET_AVX512 inline void gemm_panels(const float* strips, int64_t m, int64_t k, const float* panels, int64_t n,
-                                            float* out, int64_t out_stride, int64_t panel_begin, int64_t panel_end,
-                                            float* tile) {
-  const int64_t num_strips = (m + kStripRows - 1) / kStripRows;
-  for (int64_t p = panel_begin; p < panel_end; ++p) {
-    const float* panel = panels + p * k * kPanelCols;
-    if (m <= kNarrowRows) {
-      for (int r = 0; r < m; ++r) row_times_panel(strips, r, panel, k, tile + r * kPanelCols);
-    } else {
-      for (int64_t s = 0; s < num_strips; ++s) {
-        const float* next = s == 0 && p + 1 < panel_end ? panel + k * kPanelCols : nullptr;
-        strip_times_panel(strips + s * k * kStripRows, panel, k, tile + s * kStripRows * kPanelCols, next);
-      }
-    }
-    const int64_t col0 = p * kPanelCols;
-    const int64_t cols = std::min<int64_t>(kPanelCols, n - col0);
-    for (int64_t r = 0; r < m; ++r) std::copy(tile + r * kPanelCols, tile + r * kPanelCols + cols, out + r * out_stride + col0);
-  }
+inline void gemm_panels(const float* strips, int64_t m, int64_t k, const float* panels, int64_t n, float* out,
+                        int64_t out_stride, int64_t panel_begin, int64_t panel_end, float* tile) {
+  gemm_panels_with<kStripRows>(strip_times_panel, row_times_panel, strips, m, k, panels, n, out, out_stride,
+                               panel_begin, panel_end, tile);
 }
 
 }  // namespace paged::cpu::avx512
