@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     server = serve.add_argument_group("server", "the API server process")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 inside a pod)")
     server.add_argument("--port", type=int, default=8000)
+    server.add_argument("--admin-port", type=int, default=None,
+                        help="serve /admin on this port only, not on --port (keep it out of the Service)")  # fmt: skip
     server.add_argument("--served-model-name", default=None, help="model name clients use (default: from MODEL)")
     server.add_argument("--max-waiting-requests", type=_positive, default=1024,
                         help="requests not yet started beyond which new ones get 503 + Retry-After")  # fmt: skip
