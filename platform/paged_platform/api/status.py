@@ -24,6 +24,9 @@ class ConditionType(StrEnum):
     """A rollout or a scale change is under way."""
     DEGRADED = "Degraded"
     """Replicas are failing (crash loops, unschedulable, engine not healthy)."""
+    MODEL_READY = "ModelReady"
+    """The model is on the pods' disk: downloaded by the init container, or read from a volume or image. False
+    says why a download fails (`ModelGated`, `ModelNotFound`, `DiskFull`, ...) or that it is under way."""
     SCALING_LIMITED = "ScalingLimited"
     """The autoscaler wants a count it cannot have; the reason says which limit."""
 
