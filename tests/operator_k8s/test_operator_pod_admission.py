@@ -9,10 +9,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from paged_operator import children
+from paged_operator import children, router_children
 from paged_platform.api import ModelDeployment
 
+from e2e.cluster.binaries import Binaries
 from e2e.cluster.client import ApiError, KubeClient, wait_for
+from e2e.cluster.helm import render_chart
+from tests.operator_k8s.conftest import CHART
 from tests.platform.conftest import MODEL_SOURCES
 
 pytestmark = pytest.mark.k8s
@@ -86,6 +89,21 @@ def test_engine_pod_is_admitted_under_restricted(
     pod = kube_admin.create(f"/api/v1/namespaces/{ns}/pods", pod_from(deployment))
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     kube_admin.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}")
+
+
+def test_router_and_chart_pods_are_admitted_under_restricted(
+    kube_admin: KubeClient, restricted_namespace: str, kube_binaries: Binaries
+) -> None:
+    """The router's pods and the chart's own (the operator's) follow the same defaults."""
+    ns = restricted_namespace
+    md = model_deployment(ns, {"router": {"enabled": True}})
+    (router,) = [o for o in router_children.router_children(md, UID, "r") if o["kind"] == "Deployment"]
+    (operator,) = [o for o in render_chart(kube_binaries.helm, CHART, "test", ns) if o["kind"] == "Deployment"]
+    for deployment in (router, operator):
+        pod = pod_from(deployment)
+        pod["spec"]["serviceAccountName"] = "default"  # their own accounts are not made here; admission is the point
+        pod = kube_admin.create(f"/api/v1/namespaces/{ns}/pods", pod)
+        kube_admin.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}")
 
 
 def test_a_pod_without_the_defaults_is_refused_there(kube_admin: KubeClient, restricted_namespace: str) -> None:
