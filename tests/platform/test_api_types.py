@@ -289,3 +289,16 @@ def test_the_older_form_reads_as_the_new_sources() -> None:
     assert path.resolved() == PathModel(claim_name="w", path="llama/8b")
     assert ModelSource().resolved() == "default" and ModelSource().is_default
     assert ModelSource(name="a/b").describe() == "huggingFace a/b@main"
+
+
+def test_the_operator_docs_examples_validate() -> None:
+    """Every ModelDeployment (or bare ``spec:``) in docs/operator.md's YAML blocks is a valid object."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
+    checked = 0
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL):
+        for doc in yaml.safe_load_all(block):
+            if doc.get("kind", "ModelDeployment") != "ModelDeployment" or "spec" not in doc:
+                continue
+            ModelDeployment.model_validate({"metadata": {"name": "docs"}, **doc})
+            checked += 1
+    assert checked >= 6
