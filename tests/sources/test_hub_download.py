@@ -171,3 +171,21 @@ def test_disk_full_while_writing_leaves_nothing_behind(download, hub: HubServer,
 def test_the_fake_hub_serves_what_the_repo_holds() -> None:
     """The files the tests compare against are the ones the server was given (guards the fixtures)."""
     assert set(repo_files()) > SERVING
+
+
+def test_replicas_sharing_a_volume_download_once(hub: HubServer, tmp_path: Path) -> None:
+    """Two downloads into one folder at the same time (two pods on one claim): one fetches, the other waits for
+    it and finds the model complete."""
+    hub.state.slow_files["model.safetensors"] = 0.02
+    dest = tmp_path / "volume" / "tiny"
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1"}
+    env.pop("HF_TOKEN", None)
+    command = [sys.executable, "-m", "paged_engine.cli", "download", REPO_ID, "--dest", str(dest)]
+    both = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]  # fmt: skip
+    results = [p.communicate(timeout=120) for p in both]
+    assert [p.returncode for p in both] == [0, 0], results
+    assert (dest / "model.safetensors").read_bytes() == WEIGHTS
+    weights = [m for m, path, _ in hub.state.requests if m == "GET" and path.endswith("model.safetensors")]
+    assert len(weights) == 1
+    assert sum("already holds" in err for _, err in results) == 1

@@ -122,6 +122,8 @@ class ModelDeploymentStatus(ApiModel):
     """Label selector of the engine pods, in string form (the `scale` subresource's selector)."""
     endpoint: str | None = None
     """In-cluster base URL of the OpenAI-compatible API."""
+    model: str | None = Field(None, max_length=2048)
+    """The model source in one line (`huggingFace org/name@main`, `s3://bucket/prefix/`, ...)."""
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,9 @@ def read_record(folder: Path) -> dict[str, Any] | None:
 def locked(place: Placement) -> Iterator[None]:
     place.lock.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(place.lock), timeout=LOCK_TIMEOUT_S)
-    if not lock.acquire(blocking=False):
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
         logger.info("another process is downloading into %s; waiting for it", place.final)
         lock.acquire()
     try:

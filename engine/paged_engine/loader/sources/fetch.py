@@ -81,7 +81,9 @@ def _hub_to(source: HubSource, dest: Path) -> Path:
     commit, sizes = hub.resolve(source)
     place = cache.placement(dest)
     with cache.locked(place):
-        if not done():
+        if done():  # another process (a sibling pod on the same volume) finished it while this one waited
+            logger.info("%s already holds %s", dest, source)
+        else:
             hub.download(source, commit, sizes, place)
     return dest
 
