@@ -1,6 +1,8 @@
 """Pure builders: one ModelDeployment → the manifests of its children (Deployment, Service, ConfigMap, PDB, Secret).
 
 Nothing here talks to the API server, so every field the operator writes is unit-tested without a cluster.
+How the model reaches the pod (volumes, the download init container) is ``model_mounts``; the security settings
+and writable folders are ``pod_security``; ``spec.pod`` is passed through as written.
 
 Budgets reach the engine through the ConfigMap: the container reads ``maxNumSeqs`` and
 ``maxNumBatchedTokens`` from it as environment variables, expanded into its arguments. Kubernetes resolves
