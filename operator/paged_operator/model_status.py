@@ -51,7 +51,10 @@ def model_ready(md: ModelDeployment, pods: Iterable[Mapping[str, Any]]) -> Condi
     pods = list(pods)
     if not pods:
         return ConditionValue("Unknown", "NoPods", "no engine pod exists yet")
-    failed, waiting, running, done = [], [], [], 0
+    failed: list[tuple[str, str, str]] = []
+    waiting: list[tuple[str, str, str]] = []
+    running: list[str] = []  # the downloads' start times
+    done = 0
     for pod in pods:
         name = (pod.get("metadata") or {}).get("name", "?")
         status = _download_status(pod)
@@ -64,7 +67,7 @@ def model_ready(md: ModelDeployment, pods: Iterable[Mapping[str, Any]]) -> Condi
         elif (state.get("terminated") or {}).get("exitCode") == 0:
             done += 1
         elif "running" in state:
-            running.append(name)
+            running.append((state.get("running") or {}).get("startedAt") or "")
         elif (reason := (state.get("waiting") or {}).get("reason")) and reason not in _STARTING:
             waiting.append((name, reason, (state.get("waiting") or {}).get("message") or reason))
         else:
@@ -78,7 +81,8 @@ def model_ready(md: ModelDeployment, pods: Iterable[Mapping[str, Any]]) -> Condi
         name, reason, message = stuck[0]
         return ConditionValue("False", reason, f"pod {name} cannot start the download of {source}: {message}")
     if running:
-        return ConditionValue("False", "Downloading", f"{len(running)} of {len(pods)} pods downloading {source}")
+        since = f" (since {min(running)})" if any(running) else ""
+        return ConditionValue("False", "Downloading", f"{len(running)} of {len(pods)} pods downloading {source}{since}")
     if done == len(pods):
         return ConditionValue("True", "Downloaded", f"{source} is on every pod's cache volume")
     return ConditionValue("False", "Pending", f"{len(pods) - done} of {len(pods)} pods have not downloaded {source}")

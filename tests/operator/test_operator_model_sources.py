@@ -194,6 +194,13 @@ def test_model_ready_rules(pods: list[dict[str, Any]], expected: tuple[str, str]
     assert (value.status, value.reason) == expected
 
 
+def test_downloading_says_since_when() -> None:
+    pods = [pod("a", state={"running": {"startedAt": "2026-12-01T10:00:00Z"}}),
+            pod("b", state={"running": {"startedAt": "2026-12-01T10:05:00Z"}})]  # fmt: skip
+    value = model_status.model_ready(HUB, pods)
+    assert value.message == "2 of 2 pods downloading huggingFace acme/llama@main (since 2026-12-01T10:00:00Z)"
+
+
 def test_model_ready_is_true_without_a_download() -> None:
     value = model_status.model_ready(md({"model": {"path": {"claimName": "w"}}}), [])
     assert (value.status, value.reason) == ("True", "NoDownload")
