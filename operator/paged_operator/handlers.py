@@ -36,6 +36,7 @@ from paged_operator import (
     children,
     controller_memory,
     health,
+    model_status,
     router_children,
     router_demand,
     status_builder,
@@ -306,6 +307,7 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
         status.desired_replicas = desired
         status.selector = children.selector_string(md)
         status.endpoint = children.endpoint(md)
+        status.model = md.spec.model.describe()
         status.budget = status.budget or status_builder.budget_state(budgets)
         status.replicas = dep_status.get("replicas", 0)
         status.ready_replicas = dep_status.get("readyReplicas", 0)
@@ -408,7 +410,8 @@ class ControlLoop:
 
         pods = await reads.pods(namespace, name)
         alive = [p for p in pods if not status_builder.pod_is_terminating(p)]
-        candidates = [engine_pod(p, children.ENGINE_PORT) for p in alive if status_builder.pod_is_ready(p)]
+        kube_ready = [p for p in alive if status_builder.pod_is_ready(p)]
+        candidates = [engine_pod(p, children.ENGINE_PORT, children.ADMIN_PORT) for p in kube_ready]
         admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
         serving, not_serving = await admin.serving(candidates)
         if not_serving != self.not_serving:
@@ -468,6 +471,7 @@ class ControlLoop:
 
         progressing = status_builder.progressing_condition(deployment, desired)
         ready = status_builder.ready_condition(len(serving), desired, md.spec.replicas.min)
+        model_ready = model_status.model_ready(md, alive)
         recorded: list[Decision] = []
         scaler = scale_subresource_writer(body) if plan.scale is not None else None
         memory = controller_memory.encode(state)  # written with the decisions it led to, or not at all
@@ -490,6 +494,7 @@ class ControlLoop:
             generation = status.observed_generation  # the fresh one: conditions never claim an older generation
             _set(status, "Progressing", progressing, now, generation)
             _set(status, "Ready", ready, now, generation)
+            _set(status, "ModelReady", model_ready, now, generation)
             for cond in plan.conditions:
                 if cond.type == "ScalingLimited" and scaler is not None:
                     continue  # set below: one write per decision, so its transition time stays put
