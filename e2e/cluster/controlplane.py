@@ -243,6 +243,9 @@ def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, proces
             # validation rejects as loopback; without a real node nothing routes through that Service anyway.
             *(["--endpoint-reconciler-type=none"] if config.loopback else []),
             "--allow-privileged=true",
+            # The real node's kubelet registers its name as its Hostname address, which nothing resolves here;
+            # logs, exec and port-forward dial its InternalIP instead.
+            "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
         ],
     )

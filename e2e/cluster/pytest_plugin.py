@@ -26,9 +26,11 @@ import os
 import re
 import secrets
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,30 +110,44 @@ def _node_lock(home: Path) -> Iterator[None]:
         yield
 
 
+@dataclass
+class NodeNetworkSlot:
+    """The real node's network for the session: ``network`` when one was asked for and started, else None with
+    ``unavailable`` saying why (only the node's tests fail then; kwok tests run on loopback as always)."""
+
+    network: NodeNetwork | None = None
+    unavailable: str = ""
+
+
 @pytest.fixture(scope="session")
 def kube_node_network(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[NodeNetwork | None]:
-    """The real node's namespaces and link, when some test of the session asks for ``kube_node``; else None."""
+) -> Iterator[NodeNetworkSlot]:
+    """The real node's namespaces and link, when some test of the session asks for ``kube_node``."""
     if not any(NODE_FIXTURE in getattr(item, "fixturenames", ()) for item in request.session.items):
-        yield None
+        yield NodeNetworkSlot(unavailable="no test of this session asked for the real node")
         return
-    ensure_node_packages()
-    with _node_lock(_node_home()):
-        network = start_node_network(tmp_path_factory.mktemp("node-net"))
+    with contextlib.ExitStack() as stack:
         try:
-            yield network
-        finally:
-            network.stop()
+            ensure_node_packages()
+            stack.enter_context(_node_lock(_node_home()))
+            network = start_node_network(tmp_path_factory.mktemp("node-net"))
+        except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError) as exc:
+            slot = NodeNetworkSlot(unavailable=f"{type(exc).__name__}: {exc}")
+        else:
+            stack.callback(network.stop)
+            slot = NodeNetworkSlot(network)
+        yield slot
 
 
 @pytest.fixture(scope="session")
 def kube_cluster(
-    kube_binaries: Binaries, kube_node_network: NodeNetwork | None, tmp_path_factory: pytest.TempPathFactory
+    kube_binaries: Binaries, kube_node_network: NodeNetworkSlot, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt) if in_main_thread else None
-    config = ControlPlaneConfig(address=kube_node_network.addrs.host_ip) if kube_node_network else None
+    network = kube_node_network.network
+    config = ControlPlaneConfig(address=network.addrs.host_ip) if network else None
     try:
         with running_control_plane(kube_binaries, tmp_path_factory.mktemp("kube"), config) as plane:
             yield plane
@@ -144,13 +160,14 @@ def kube_cluster(
 @pytest.fixture(scope="session")
 def kube_node(
     kube_cluster: ControlPlane,
-    kube_node_network: NodeNetwork | None,
+    kube_node_network: NodeNetworkSlot,
     kube_node_binaries: NodeBinaries,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RealNode]:
-    assert kube_node_network is not None, "kube_node_network starts the network for every session using kube_node"
+    if kube_node_network.network is None:
+        raise RuntimeError(f"the real node cannot start here: {kube_node_network.unavailable}")
     paths = NodePaths(tmp_path_factory.mktemp("node"), containerd_root=_node_home() / "containerd")
-    node = start_real_node(kube_cluster, kube_node_network, kube_node_binaries, paths)
+    node = start_real_node(kube_cluster, kube_node_network.network, kube_node_binaries, paths)
     try:
         yield node
         node.ensure_running()

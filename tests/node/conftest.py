@@ -173,8 +173,13 @@ class Deployed:
         """What a person would look at first: the pods, events and the engine's log."""
         out = [self.kubectl("-n", self.namespace, "get", "pods,modeldeployments,deployments", "-o", "wide")]
         out.append(self.kubectl("-n", self.namespace, "get", "events", "--sort-by=.lastTimestamp")[-4000:])
-        for log in sorted(self.node.paths.pod_logs.glob(f"{self.namespace}_*/*/*.log"))[-3:]:
-            out.append(f"--- {log}\n{log.read_text(errors='replace')[-3000:]}")
+        for pod in self.engine_pods():
+            name = pod["metadata"]["name"]
+            logs = subprocess.run(
+                [str(self.kubectl.binary), f"--kubeconfig={self.kubectl.kubeconfig}", "-n", self.namespace, "logs",
+                 name, "--tail=60"], capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            out.append(f"--- {name}\n{logs.stdout}{logs.stderr}")
         return "\n".join(out)
 
 
