@@ -40,7 +40,7 @@ from .nodeconfig import (
     kube_proxy_config,
     kubelet_config,
 )
-from .nodenet import NodeNetwork
+from .nodenet import NodeNetwork, processes_in_netns
 from .oci import single_binary_image
 from .processes import ProcessError, ProcessGroup
 
@@ -138,7 +138,17 @@ class RealNode:
             self.ctr("images", "label", ref, f"{SOURCE_ID_LABEL}={source_id}")
             took[ref] = time.monotonic() - started
         self.image_imports.update(took)
+        self._remove_superseded()
         return took
+
+    def _remove_superseded(self) -> None:
+        """Remove the by-ID references (``sha256:...``) of images no name points to any more: an image rebuilt and
+        imported again leaves its predecessor's, whose layers containerd then collects."""
+        rows = [line.split() for line in self.ctr("images", "ls").splitlines()[1:] if line.strip()]
+        named = {row[2] for row in rows if not row[0].startswith("sha256:")}
+        for row in rows:
+            if row[0].startswith("sha256:") and row[2] not in named:
+                self.ctr("images", "rm", "--sync", row[0])
 
     def stop(self) -> None:
         """Stop the node's services, reap every container, stop containerd, then kill whatever still runs in the
@@ -150,7 +160,7 @@ class RealNode:
                 self._remove_containers()
         self.processes.stop_all()
         reap_namespace(self.network)
-        remove_pod_cgroups(self.name)
+        remove_pod_cgroups()
 
     def _remove_containers(self) -> None:
         for task in self.ctr("tasks", "ls", "-q").split():
@@ -173,31 +183,29 @@ def reap_namespace(network: NodeNetwork) -> list[int]:
     """SIGKILL every process in the node's network namespace but the holder (containerd's shims, which containerd
     started and which outlive it), found by namespace inode; returns their PIDs."""
     try:
-        net_inode = os.stat(f"/proc/{network.pid}/ns/net").st_ino
+        net_inode = network.namespace_inodes()[0]
     except FileNotFoundError:
         return []
     killed = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in (network.pid, os.getpid()):
-            continue
-        with contextlib.suppress(OSError):
-            if os.stat(entry / "ns" / "net").st_ino == net_inode:
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed.append(int(entry.name))
+    for pid in processes_in_netns(net_inode):
+        if pid != network.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
     return killed
 
 
-def pod_cgroup_dirs(node_name: str) -> list[Path]:
+def pod_cgroup_dirs() -> list[Path]:
     """The node's pod cgroups in every v1 hierarchy: containerd puts them under ``/<cgroup parent>``, which the
-    kubelet without per-QoS cgroups leaves empty, i.e. ``/k8s.io`` (containerd's namespace)."""
-    del node_name  # one real node per machine: the folder is containerd's namespace, not the node's name
+    kubelet without per-QoS cgroups leaves empty, i.e. ``/k8s.io`` (containerd's namespace). One real node per
+    machine, so the folder is the node's alone."""
     root = Path("/sys/fs/cgroup")
     return sorted(p / CONTAINERD_NAMESPACE for p in root.iterdir() if (p / CONTAINERD_NAMESPACE).is_dir())
 
 
-def remove_pod_cgroups(node_name: str) -> None:
+def remove_pod_cgroups() -> None:
     """Kill what is left in the pods' cgroups (by PID) and remove the cgroup folders, deepest first."""
-    for base in pod_cgroup_dirs(node_name):
+    for base in pod_cgroup_dirs():
         for procs in base.rglob("cgroup.procs"):
             with contextlib.suppress(OSError):
                 for pid in procs.read_text().split():
@@ -245,7 +253,7 @@ def start_real_node(
         cluster_dns=addrs.node_ip,
     )
     try:
-        remove_pod_cgroups(node.name)  # a previous session's, should it have been killed before cleaning up
+        remove_pod_cgroups()  # a previous session's, should it have been killed before cleaning up
         processes.start("containerd", network.enter([containerd, f"--config={paths.containerd_config}"]))
         wait_for("containerd", processes.guard(lambda: _answers(node)), timeout_s, interval_s=0.2)
         node._remove_containers()  # a previous session's: containerd's root (and so its metadata) persists

@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .client import wait_for
 from .controlplane import SERVICE_CIDR
 from .processes import ManagedProcess, ProcessGroup
 
@@ -111,6 +113,8 @@ class NodeNetwork:
     addrs: NodeAddresses
     holder: ManagedProcess
     processes: ProcessGroup = field(repr=False)
+    #: Where the namespace's inode is recorded while it exists, for ``reap_previous`` after a killed session.
+    record: Path | None = None
 
     @property
     def pid(self) -> int:
@@ -135,6 +139,33 @@ class NodeNetwork:
         self.processes.stop_all(grace_s=5)
         with contextlib.suppress(subprocess.CalledProcessError):  # already gone with the namespace
             subprocess.run(["ip", "link", "del", self.addrs.host_link], capture_output=True, check=True)
+        if self.record is not None:
+            self.record.unlink(missing_ok=True)
+
+
+def processes_in_netns(net_inode: int) -> list[int]:
+    """PIDs of the processes (other than this one) whose network namespace has this inode."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if os.stat(entry / "ns" / "net").st_ino == net_inode:
+                    pids.append(int(entry.name))
+    return pids
+
+
+def reap_previous(record: Path, addrs: NodeAddresses) -> list[int]:
+    """After a session that was killed outright: SIGKILL what still runs in its node namespace (containerd's shims
+    outlive their parent) and remove its link, so this session can create its own. Returns the PIDs killed."""
+    killed: list[int] = []
+    with contextlib.suppress(FileNotFoundError, ValueError):
+        for pid in processes_in_netns(int(record.read_text())):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    subprocess.run(["ip", "link", "del", addrs.host_link], capture_output=True, check=False)
+    record.unlink(missing_ok=True)
+    return killed
 
 
 def _run(argv: Sequence[str]) -> None:
@@ -143,12 +174,14 @@ def _run(argv: Sequence[str]) -> None:
         raise RuntimeError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
 
 
-def start_node_network(workdir: Path, addrs: NodeAddresses | None = None) -> NodeNetwork:
+def start_node_network(workdir: Path, record: Path, addrs: NodeAddresses | None = None) -> NodeNetwork:
     """Create the namespaces (a holder process started by ``unshare``, tracked by PID like every test-bed process)
-    and the link. Needs root. On failure everything created so far is removed."""
+    and the link, after reaping what a killed session left (``record`` names its namespace; it is rewritten).
+    Needs root. On failure everything created so far is removed."""
     addrs = addrs or NodeAddresses()
     if os.geteuid() != 0:
         raise RuntimeError("the real node needs root (network namespaces, mounts, cgroups)")
+    reap_previous(record, addrs)
     workdir.mkdir(parents=True, exist_ok=True)
     for path in PRIVATE_TMPFS:  # mount points; the tmpfs itself exists only inside the namespace
         Path(path).mkdir(parents=True, exist_ok=True)
@@ -156,9 +189,10 @@ def start_node_network(workdir: Path, addrs: NodeAddresses | None = None) -> Nod
     # unshare execs sleep in the new namespaces (no --fork), so the holder's PID is the namespaces' first process.
     holder = processes.start("netns-holder", ["unshare", "--net", "--mount", "--propagation", "private", "--",
                                               "sleep", "infinity"])  # fmt: skip
-    network = NodeNetwork(addrs, holder, processes)
+    network = NodeNetwork(addrs, holder, processes, record)
     try:
         _wait_unshared(holder)
+        record.write_text(str(network.namespace_inodes()[0]))
         for argv in host_commands(addrs, holder.pid):
             _run(argv)
         for argv in namespace_commands(addrs):
@@ -171,8 +205,6 @@ def start_node_network(workdir: Path, addrs: NodeAddresses | None = None) -> Nod
 
 def _wait_unshared(holder: ManagedProcess, timeout_s: float = 10.0) -> None:
     """Until the holder runs in namespaces other than ours (unshare has exec'd sleep)."""
-    from .client import wait_for
-
     ours = os.stat("/proc/self/ns/net").st_ino
 
     def unshared() -> bool:

@@ -131,7 +131,7 @@ def kube_node_network(
         try:
             ensure_node_packages()
             stack.enter_context(_node_lock(_node_home()))
-            network = start_node_network(tmp_path_factory.mktemp("node-net"))
+            network = start_node_network(tmp_path_factory.mktemp("node-net"), _node_home() / "netns")
         except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError) as exc:
             slot = NodeNetworkSlot(unavailable=f"{type(exc).__name__}: {exc}")
         else:

@@ -7,6 +7,8 @@ import hashlib
 import io
 import ipaddress
 import json
+import os
+import subprocess
 import tarfile
 import tomllib
 from pathlib import Path
@@ -24,7 +26,7 @@ from e2e.cluster.nodeconfig import (
     kube_proxy_config,
     kubelet_config,
 )
-from e2e.cluster.nodenet import NodeAddresses, host_commands, namespace_commands
+from e2e.cluster.nodenet import NodeAddresses, host_commands, namespace_commands, processes_in_netns, reap_previous
 from e2e.cluster.oci import single_binary_image
 
 
@@ -145,3 +147,23 @@ def test_control_plane_address_must_be_ipv4():
         ControlPlaneConfig(address="localhost")
     assert ControlPlaneConfig().loopback and not ControlPlaneConfig(address="10.250.0.1").loopback
     assert KUBERNETES_SERVICE_IP == "10.96.0.1"
+
+
+def test_processes_are_found_by_network_namespace():
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        ours = os.stat("/proc/self/ns/net").st_ino
+        found = processes_in_netns(ours)
+        assert child.pid in found and os.getpid() not in found
+        assert processes_in_netns(1) == []  # no namespace has inode 1
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_reaping_without_a_record_kills_nothing(tmp_path: Path):
+    addrs = NodeAddresses(host_link="paged-unit0")  # never the live node's link
+    assert reap_previous(tmp_path / "absent", addrs) == []
+    (tmp_path / "garbled").write_text("not an inode")
+    assert reap_previous(tmp_path / "garbled", addrs) == []
+    assert not (tmp_path / "garbled").exists()

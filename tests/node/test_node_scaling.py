@@ -110,7 +110,10 @@ def test_scale_down_drains_with_no_failed_request(ready: Deployed):
             )["items"]
             return pods if len(pods) == 1 else None
 
-        (survivor,) = wait_for("the scaled-down pod to drain and go", one_left, timeout_s=180, interval_s=1)
+        try:
+            (survivor,) = wait_for("the scaled-down pod to drain and go", one_left, timeout_s=180, interval_s=1)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{ready.describe()}") from None
         time.sleep(3)  # requests keep flowing to the survivor
     assert survivor["metadata"]["name"] in before
     assert load.ok > 0
