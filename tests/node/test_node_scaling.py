@@ -16,8 +16,9 @@ from tests.node.conftest import MD_NAME, SERVED_NAME, Deployed
 
 pytestmark = [pytest.mark.node, pytest.mark.k8s, pytest.mark.slow]
 
-# One sequence per engine step makes a few concurrent clients queue; the windows and interval are the API's
-# shortest, so the test waits on the autoscaler's decisions, not on its damping.
+# Two sequences per engine step: six concurrent clients queue (waiting per replica > 1), while one client uses half
+# of one replica's sequence budget (under the 0.9 target), so one replica suffices for it. The scale-up window and
+# the interval are the API's shortest, so the test waits on the autoscaler's decisions more than on its damping.
 MODEL_DEPLOYMENT_OVERRIDES = {
     "replicas": {"min": 1, "max": 2},
     "autoscaling": {
@@ -25,11 +26,13 @@ MODEL_DEPLOYMENT_OVERRIDES = {
         "intervalSeconds": 5,
         "targets": {"kvCacheUsage": 0.9, "waitingPerReplica": 1},
         "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 1},
-        "scaleDown": {"stabilizationWindowSeconds": 0, "maxStep": 1},
+        # Down only after 30 s of low readings: a loaded queue dips between readings, and a zero window would scale
+        # down (and up again) on every dip.
+        "scaleDown": {"stabilizationWindowSeconds": 30, "maxStep": 1},
     },
-    "schedulerBudget": {"maxNumSeqs": 1, "maxNumBatchedTokens": 256},
+    "schedulerBudget": {"maxNumSeqs": 2, "maxNumBatchedTokens": 256},
 }
-HEAVY_CLIENTS = 4
+HEAVY_CLIENTS = 6
 LOAD_TIMEOUT_S = 240
 # Generous: the shared 2-core machine can be loaded several times over, and a client that gives up leaves its
 # request queued in the engine, which the autoscaler counts as load.
