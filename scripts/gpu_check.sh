@@ -1,39 +1,42 @@
 #!/usr/bin/env bash
-# The GPU check, in one command (about 5 minutes on an H200): builds the CUDA kernels, runs the kernel tests
-# against the pure-torch reference on the GPU (including greedy generation on the GPU compared with the CPU
-# kernels), then prints the decode kernel's achieved memory bandwidth for batch 1/32/256 at context 1k and 8k.
-# CI has no GPU; run this by hand on a machine with one. Uses $PAGED_PY, else python3; the project need not be
-# installed (engine/ goes on PYTHONPATH), but its runtime dependencies must be importable.
-set -euo pipefail
+# The GPU check: one run of about 6 minutes on one H200, leaving room for a second in a 15-minute slot.
+#   scripts/gpu_check.sh OUT_DIR [WHEELS_DIR]
+# Stages, each in its own process with its own time limit; a failed or timed-out stage never skips the next:
+#   00 preflight   every import checked first; what is missing is installed from WHEELS_DIR (default .gpu-wheels,
+#                  built by scripts/gpu_check/wheels.sh), never from the network
+#   01 build       the CPU+CUDA kernels for sm_$PAGED_CUDA_ARCH (default 90)
+#   02 cuda-ops    kernels, FlashAttention 4, graph replay and no-host-sync tests against the reference
+#   03 greedy      GPU fp32 greedy tokens == CPU's, Gemma 3 270M's config (random weights), prompts past the window
+#   04 bf16        bf16 on the GPU vs transformers bf16 on the GPU: teacher-forced top-1 agreement >= 99 %
+#   05 bandwidth   decode kernel GB/s against the device-to-device copy rate (Gemma and Llama-8B shapes)
+#   06 throughput  W1-like offline batch, eager vs CUDA graphs, and peak GPU memory (07, in the table)
+# Everything goes under OUT_DIR: a log and a JSON result per stage, then summary.md (also printed).
+# Made for a bare GPU machine (Python 3.12, torch with CUDA, transformers, triton); uses $PAGED_PY, else python3.
+set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
+out="$(mkdir -p "${1:?usage: scripts/gpu_check.sh OUT_DIR [WHEELS_DIR]}" && cd "$1" && pwd)"
+wheels="${2:-$repo/.gpu-wheels}"
 py="${PAGED_PY:-python3}"
-export PYTHONPATH="$repo/engine${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
+cd "$repo"
+export PYTHONPATH="$repo/engine:$repo${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export PAGED_CUDA_ARCH="${PAGED_CUDA_ARCH:-90}"
+: > "$out/stages.tsv"
 
-"$py" - <<'PY'
-import importlib.util
-missing = [m for m in ("msgspec", "numpy", "safetensors", "transformers", "pytest", "ninja") if not importlib.util.find_spec(m)]
-assert not missing, f"missing Python packages {missing}: pip install them (or carry their wheels) first"
-import torch
-assert torch.cuda.is_available(), "no GPU visible to torch"
-from torch.utils.cpp_extension import CUDA_HOME
-assert CUDA_HOME, "no CUDA toolkit found (nvcc on PATH or CUDA_HOME)"
-print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}, toolkit {CUDA_HOME}")
-PY
+stage() {  # stage NAME SECONDS SCRIPT [ARGS...]
+  local name=$1 limit=$2 script=$3 start=$SECONDS rc
+  shift 3
+  echo "== $name (limit ${limit}s)"
+  timeout --kill-after=10 "$limit" "$py" "scripts/gpu_check/$script" --out "$out" "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" >> "$out/stages.tsv"
+  tail -n 3 "$out/$name.log"
+}
 
-echo "== building the CPU+CUDA kernels (sm_$PAGED_CUDA_ARCH)"
-start=$SECONDS
-"$py" -c "
-from paged_engine.attention import ops
-ext = ops.load()
-assert ext.with_cuda, f'the kernels were built without CUDA: {ext}'
-print(ext)"
-echo "built in $((SECONDS - start)) s"
-
-echo "== kernel tests on the GPU (and the CPU kernels, for comparison)"
-"$py" -m pytest -q -x -p no:cacheprovider -o addopts="" tests/kernels/test_cuda_ops.py tests/kernels/test_paged_attention.py
-
-echo "== decode bandwidth"
-"$py" benchmarks/bench_attention.py --gpu --peak-gbs 4800 --heads 32 --kv-heads 8 --head-dim 128 --dtype bfloat16
+stage 00-preflight 60 preflight.py --wheels "$wheels"
+stage 01-build 150 build.py
+stage 02-cuda-ops 75 ops_tests.py
+stage 03-greedy 75 greedy.py
+stage 04-bf16-quality 35 quality.py
+stage 05-bandwidth 35 bandwidth.py
+stage 06-throughput 80 throughput.py
+"$py" scripts/gpu_check/summary.py "$out" | tee "$out/summary.md"

@@ -32,14 +32,16 @@ inline void pack_panels(const float* w, int64_t n, int64_t k, float* panels, int
   }
 }
 
-// x [m, k] (rows x_stride apart) -> strips [ceil(m / 6)][k][6]; rows past m are zero.
-inline void pack_strips(const float* x, int64_t x_stride, int64_t m, int64_t k, float* strips) {
-  const int64_t num_strips = (m + kStripRows - 1) / kStripRows;
+// x [m, k] (rows x_stride apart) -> strips [ceil(m / R)][k][R] for R = strip_rows (6 here, 12 for the AVX-512
+// kernel); rows past m are zero.
+inline void pack_strips(const float* x, int64_t x_stride, int64_t m, int64_t k, float* strips,
+                        int strip_rows = kStripRows) {
+  const int64_t num_strips = (m + strip_rows - 1) / strip_rows;
   for (int64_t s = 0; s < num_strips; ++s) {
     for (int64_t kk = 0; kk < k; ++kk) {
-      for (int r = 0; r < kStripRows; ++r) {
-        const int64_t row = s * kStripRows + r;
-        strips[(s * k + kk) * kStripRows + r] = row < m ? x[row * x_stride + kk] : 0.0f;
+      for (int r = 0; r < strip_rows; ++r) {
+        const int64_t row = s * strip_rows + r;
+        strips[(s * k + kk) * strip_rows + r] = row < m ? x[row * x_stride + kk] : 0.0f;
       }
     }
   }
@@ -119,25 +121,34 @@ inline void row_times_panel(const float* strip, int row, const float* panel, int
 // Up to this many rows go through row_times_panel.
 constexpr int64_t kNarrowRows = 2;
 
-// out[:, panels [panel_begin, panel_end)] for all m rows. `tile` holds m rounded up to 6 rows x 16 floats,
+// out[:, panels [panel_begin, panel_end)] for all m rows, with strips of StripRows rows and the given tile
+// kernels (this file's AVX2 ones, or gemm_avx512.h's). `tile` holds m rounded up to StripRows rows x 16 floats,
 // 32-byte aligned. Panels are 64-byte aligned when `panels` is (each is k * 64 bytes).
-inline void gemm_panels(const float* strips, int64_t m, int64_t k, const float* panels, int64_t n, float* out,
-                        int64_t out_stride, int64_t panel_begin, int64_t panel_end, float* tile) {
-  const int64_t num_strips = (m + kStripRows - 1) / kStripRows;
+template <int StripRows, typename StripKernel, typename RowKernel>
+inline void gemm_panels_with(StripKernel strip_kernel, RowKernel row_kernel, const float* strips, int64_t m, int64_t k,
+                             const float* panels, int64_t n, float* out, int64_t out_stride, int64_t panel_begin,
+                             int64_t panel_end, float* tile) {
+  const int64_t num_strips = (m + StripRows - 1) / StripRows;
   for (int64_t p = panel_begin; p < panel_end; ++p) {
     const float* panel = panels + p * k * kPanelCols;
     if (m <= kNarrowRows) {
-      for (int r = 0; r < m; ++r) row_times_panel(strips, r, panel, k, tile + r * kPanelCols);
+      for (int r = 0; r < m; ++r) row_kernel(strips, r, panel, k, tile + r * kPanelCols);
     } else {
       for (int64_t s = 0; s < num_strips; ++s) {
         const float* next = s == 0 && p + 1 < panel_end ? panel + k * kPanelCols : nullptr;
-        strip_times_panel(strips + s * k * kStripRows, panel, k, tile + s * kStripRows * kPanelCols, next);
+        strip_kernel(strips + s * k * StripRows, panel, k, tile + s * StripRows * kPanelCols, next);
       }
     }
     const int64_t col0 = p * kPanelCols;
     const int64_t cols = std::min<int64_t>(kPanelCols, n - col0);
     for (int64_t r = 0; r < m; ++r) std::copy(tile + r * kPanelCols, tile + r * kPanelCols + cols, out + r * out_stride + col0);
   }
+}
+
+inline void gemm_panels(const float* strips, int64_t m, int64_t k, const float* panels, int64_t n, float* out,
+                        int64_t out_stride, int64_t panel_begin, int64_t panel_end, float* tile) {
+  gemm_panels_with<kStripRows>(strip_times_panel, row_times_panel, strips, m, k, panels, n, out, out_stride,
+                               panel_begin, panel_end, tile);
 }
 
 }  // namespace paged::cpu

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "attention.h"
 #include "cache.h"
 #include "gemm.h"
+#include "gemm_avx512.h"
+#include "isa.h"
 #include "norm.h"
 
 namespace paged {
@@ -271,22 +274,48 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
   // Rows go through in chunks: past ~256 rows the strips and the per-thread tile no longer stay in L2 next to
   // the panel, and 512 rows at once ran at half the speed of two chunks of 256 (each re-streaming the weight).
   constexpr int64_t kRowChunk = 256;
+  const bool wide = cpu::active_isa() == cpu::Isa::kAvx512;
+#if PAGED_X86
+  const int strip_rows = wide ? cpu::avx512::kStripRows : cpu::kStripRows;
+#else
+  const int strip_rows = cpu::kStripRows;
+#endif
   const int64_t chunk_rows = std::min(m, kRowChunk);
-  std::vector<float> strips((chunk_rows + cpu::kStripRows - 1) / cpu::kStripRows * cpu::kStripRows * k);
+  std::vector<float> strips((chunk_rows + strip_rows - 1) / strip_rows * strip_rows * k);
   for (int64_t row0 = 0; row0 < m; row0 += kRowChunk) {
     const int64_t rows = std::min(kRowChunk, m - row0);
-    cpu::pack_strips(input.const_data_ptr<float>() + row0 * input.stride(0), input.stride(0), rows, k, strips.data());
-    const int64_t tile_vectors = (rows + cpu::kStripRows - 1) / cpu::kStripRows * cpu::kStripRows * cpu::kPanelCols / 8;
+    cpu::pack_strips(input.const_data_ptr<float>() + row0 * input.stride(0), input.stride(0), rows, k, strips.data(),
+                     strip_rows);
+    const int64_t tile_vectors = (rows + strip_rows - 1) / strip_rows * strip_rows * cpu::kPanelCols / 8;
     float* dst = out.data_ptr<float>() + row0 * out.stride(0);
     // parallel_for hands each thread one contiguous run of panels; the grain only keeps a tiny weight on one
     // thread. (A grain of 256 panels left a layer's 40-256 panels to a single thread.)
     at::parallel_for(0, cpu::num_panels(out_features), 8, [&](int64_t begin, int64_t end) {
       std::vector<cpu::TileVector> tile(tile_vectors);
-      cpu::gemm_panels(strips.data(), rows, k, panels, out_features, dst, out.stride(0), begin, end,
-                       reinterpret_cast<float*>(tile.data()));
+      float* tile_data = reinterpret_cast<float*>(tile.data());
+#if PAGED_X86
+      if (wide) {
+        cpu::avx512::gemm_panels(strips.data(), rows, k, panels, out_features, dst, out.stride(0), begin, end,
+                                 tile_data);
+        return;
+      }
+#endif
+      cpu::gemm_panels(strips.data(), rows, k, panels, out_features, dst, out.stride(0), begin, end, tile_data);
     });
   }
   return out;
+}
+
+std::string cpu_isa() { return cpu::isa_name(cpu::active_isa()); }
+
+std::vector<std::string> supported_cpu_isas() { return cpu::supported_isas(); }
+
+void set_cpu_isa(const std::string& name) {
+  try {
+    cpu::set_isa(name);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "paged::set_cpu_isa: ", e.what());
+  }
 }
 
 // out [rows, d] = act(input[:, :d]) * input[:, d:], fp32.
@@ -382,6 +411,10 @@ TORCH_LIBRARY(paged, m) {
   m.def("gelu_tanh_and_mul(Tensor(a!) out, Tensor input) -> ()");
   m.def("rms_norm(Tensor(a!) out, Tensor input, Tensor weight, float eps, float offset) -> ()");
   m.def("argmax_rows(Tensor input) -> Tensor");
+  // The instruction set the CPU kernels run with (isa.h): the active one, those this CPU supports, and a setter.
+  m.def("cpu_isa() -> str", &cpu_isa);
+  m.def("supported_cpu_isas() -> str[]", &supported_cpu_isas);
+  m.def("set_cpu_isa(str name) -> ()", &set_cpu_isa);
 }
 
 TORCH_LIBRARY_IMPL(paged, CPU, m) {

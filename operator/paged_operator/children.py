@@ -1,6 +1,8 @@
 """Pure builders: one ModelDeployment → the manifests of its children (Deployment, Service, ConfigMap, PDB, Secret).
 
 Nothing here talks to the API server, so every field the operator writes is unit-tested without a cluster.
+How the model reaches the pod (volumes, the download init container) is ``model_mounts``; the security settings
+and writable folders are ``pod_security``; ``spec.pod`` is passed through as written.
 
 Budgets reach the engine through the ConfigMap: the container reads ``maxNumSeqs`` and
 ``maxNumBatchedTokens`` from it as environment variables, expanded into its arguments. Kubernetes resolves
@@ -18,13 +20,19 @@ from typing import Any
 
 from paged_platform.api import API_VERSION, KIND, ModelDeployment, parse_quantity
 
+from paged_operator import pod_security
 from paged_operator.budget_tuner import Budgets
+from paged_operator.model_mounts import DOWNLOAD_CONTAINER, model_mounts
 from paged_operator.policy_config import controller_spec, starting_budgets
 
 ENGINE_CONTAINER = "engine"
 HTTP_PORT_NAME = "http"
+ADMIN_PORT_NAME = "admin"
 #: The engine listens on this port in every pod; the Service maps ``spec.service.port`` onto it.
 ENGINE_PORT = 8000
+#: The admin API's own port: not in the Service, reached by the operator at each pod's IP.
+ADMIN_PORT = 8001
+API_KEY_ENV = "PAGED_API_KEY"
 #: Keys of the ConfigMap the engine container reads its budgets from.
 SEQS_KEY = "maxNumSeqs"
 TOKENS_KEY = "maxNumBatchedTokens"
@@ -47,7 +55,6 @@ STARTUP_PERIOD_S = 5
 MODEL_DEPLOYMENT_LABEL = "paged.dev/model-deployment"
 #: On the ConfigMap: the spec's static budget its budgets started from ("seqs/tokens").
 SPEC_BUDGET_ANNOTATION = "paged.dev/spec-budget"
-MODEL_VOLUME = "model"
 
 # preStop: stop admitting and wait for in-flight requests through the admin API. The engine image ships
 # Python but no curl; failures are ignored so that a dead engine does not delay its own replacement.
@@ -140,11 +147,13 @@ def engine_args(md: ModelDeployment) -> list[str]:
     spec, engine = md.spec, md.spec.engine
     args = [
         "serve",
-        spec.model.name,
+        model_mounts(md).model_arg,
         "--host",
         "0.0.0.0",
         "--port",
         str(ENGINE_PORT),
+        "--admin-port",
+        str(ADMIN_PORT),
         "--served-model-name",
         spec.model.resolved_served_name,
         "--dtype",
@@ -170,32 +179,17 @@ def engine_args(md: ModelDeployment) -> list[str]:
 
 
 def _env(md: ModelDeployment) -> list[dict[str, Any]]:
+    """The user's ``pod.env`` first, then the operator's own (a repeated name takes the later value)."""
     cm, secret = config_map_name(md), secret_name(md)
     env: list[dict[str, Any]] = [
+        *md.spec.pod.env,
         {"name": ADMIN_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": TOKEN_KEY}}},
         {"name": SEQS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": SEQS_KEY}}},
         {"name": TOKENS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": TOKENS_KEY}}},
     ]
-    model = md.spec.model
-    if not model.is_default and not model.is_path:
-        mount = model.volume.mount_path if model.volume else "/models"
-        env.append({"name": "HF_HOME", "value": f"{mount}/.cache/huggingface"})
+    if (ref := md.spec.auth.api_key_secret_ref) is not None:  # never in the args or the ConfigMap
+        env.append({"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     return env
-
-
-def _volumes(md: ModelDeployment) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(pod volumes, container mounts): the model's PVC, or an emptyDir cache for a Hugging Face id."""
-    model = md.spec.model
-    if model.volume is not None:
-        volume = {
-            "name": MODEL_VOLUME,
-            "persistentVolumeClaim": {"claimName": model.volume.claim_name, "readOnly": model.volume_read_only},
-        }
-        mount = {"name": MODEL_VOLUME, "mountPath": model.volume.mount_path, "readOnly": model.volume_read_only}
-        return [volume], [mount]
-    if model.is_default:
-        return [], []
-    return [{"name": MODEL_VOLUME, "emptyDir": {}}], [{"name": MODEL_VOLUME, "mountPath": "/models"}]
 
 
 def _resources(md: ModelDeployment) -> dict[str, Any]:
@@ -218,10 +212,10 @@ def _http_probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
 
 
 def container(md: ModelDeployment) -> dict[str, Any]:
-    engine = md.spec.engine
-    _, mounts = _volumes(md)
+    engine, pod = md.spec.engine, md.spec.pod
+    mounts = model_mounts(md)
     drain = _DRAIN_SCRIPT.format(
-        port=ENGINE_PORT, wait=DRAIN_WAIT_S, linger=DRAIN_LINGER_S, env=ADMIN_TOKEN_ENV,
+        port=ADMIN_PORT, wait=DRAIN_WAIT_S, linger=DRAIN_LINGER_S, env=ADMIN_TOKEN_ENV,
         timeout=DRAIN_LINGER_S + DRAIN_WAIT_S + 5,
     )  # fmt: skip
     out: dict[str, Any] = {
@@ -231,36 +225,92 @@ def container(md: ModelDeployment) -> dict[str, Any]:
         "command": ["paged-engine"],
         "args": engine_args(md),
         "env": _env(md),
-        "ports": [{"name": HTTP_PORT_NAME, "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": HTTP_PORT_NAME, "containerPort": ENGINE_PORT, "protocol": "TCP"},
+            {"name": ADMIN_PORT_NAME, "containerPort": ADMIN_PORT, "protocol": "TCP"},
+        ],
         "resources": _resources(md),
         # /health is false only when the engine core died; /ready is also false while loading or draining.
         "startupProbe": _http_probe("/health", STARTUP_PERIOD_S, STARTUP_BUDGET_S // STARTUP_PERIOD_S),
         "livenessProbe": _http_probe("/health", 10, 3),
         "readinessProbe": _http_probe("/ready", 5, 2),
         "lifecycle": {"preStop": {"exec": {"command": ["python", "-c", drain]}}},
+        "securityContext": pod_security.container_security_context(),
+        "volumeMounts": [
+            *mounts.engine_mounts,
+            *pod_security.writable_mounts(),
+            *(m.to_wire() for m in pod.volume_mounts),
+        ],
     }
-    if mounts:
-        out["volumeMounts"] = mounts
+    if pod.env_from:
+        out["envFrom"] = list(pod.env_from)
+    return out
+
+
+def download_container(md: ModelDeployment) -> dict[str, Any] | None:
+    """The init container that fetches a Hugging Face or S3 model into the cache volume; None for other sources.
+
+    It runs the engine image (``paged-engine download``) with the engine's CPU and memory but no GPU, and leaves
+    ``Reason: message`` in its termination message when it fails (``model_status`` reads it)."""
+    step = model_mounts(md).download
+    if step is None:
+        return None
+    engine, pod, res = md.spec.engine, md.spec.pod, md.spec.resources
+    out: dict[str, Any] = {
+        "name": DOWNLOAD_CONTAINER,
+        "image": engine.image,
+        "imagePullPolicy": engine.image_pull_policy,
+        "command": ["paged-engine"],
+        "args": step.args,
+        "env": [*pod.env, *step.env],
+        "resources": {
+            "requests": {"cpu": str(res.cpu), "memory": str(res.memory)},
+            "limits": {"memory": str(res.memory)},
+        },
+        "securityContext": pod_security.container_security_context(),
+        "volumeMounts": [step.mount, *pod_security.writable_mounts(shm=False)],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    env_from = [*pod.env_from, *step.env_from]
+    if env_from:
+        out["envFrom"] = env_from
     return out
 
 
 def deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
     """The engine Deployment, without ``spec.replicas`` (see the module docstring)."""
-    res, rollout = md.spec.resources, md.spec.rollout
-    volumes, _ = _volumes(md)
+    res, rollout, pod = md.spec.resources, md.spec.rollout, md.spec.pod
     pod_spec: dict[str, Any] = {
         "containers": [container(md)],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # the engine never talks to the API server
+        "securityContext": pod_security.pod_security_context(),
+        "volumes": [
+            *model_mounts(md).volumes,
+            *pod_security.writable_volumes(str(pod.shm_size)),
+            *(v.to_wire() for v in pod.volumes),
+        ],
     }
-    if volumes:
-        pod_spec["volumes"] = volumes
+    if (init := download_container(md)) is not None:
+        pod_spec["initContainers"] = [init]
     if res.node_selector:
         pod_spec["nodeSelector"] = dict(res.node_selector)
     if res.tolerations:
         pod_spec["tolerations"] = [t.to_wire() for t in res.tolerations]
     if res.affinity:
         pod_spec["affinity"] = res.affinity
+    if pod.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [s.to_wire() for s in pod.image_pull_secrets]
+    for key, value in (("serviceAccountName", pod.service_account_name), ("runtimeClassName", pod.runtime_class_name),
+                       ("priorityClassName", pod.priority_class_name)):  # fmt: skip
+        if value is not None:
+            pod_spec[key] = value
+    if pod.topology_spread_constraints:
+        pod_spec["topologySpreadConstraints"] = list(pod.topology_spread_constraints)
+    template_meta: dict[str, Any] = {"labels": {**pod.labels, **labels(md)}}  # the selector's labels win
+    if pod.annotations:
+        template_meta["annotations"] = dict(pod.annotations)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -271,7 +321,7 @@ def deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
                 "type": "RollingUpdate",
                 "rollingUpdate": {"maxSurge": rollout.max_surge, "maxUnavailable": rollout.max_unavailable},
             },
-            "template": {"metadata": {"labels": labels(md)}, "spec": pod_spec},
+            "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
 
@@ -304,7 +354,7 @@ def service(md: ModelDeployment, uid: str) -> dict[str, Any]:
 def config_map(md: ModelDeployment, uid: str, budgets: Budgets) -> dict[str, Any]:
     """The engine's configuration: the budgets new pods start with, and the engine settings for reference."""
     engine = {
-        "model": md.spec.model.name,
+        "model": md.spec.model.describe(),
         "servedModelName": md.spec.model.resolved_served_name,
         "args": engine_args(md),
         "budgets": {SEQS_KEY: budgets.max_num_seqs, TOKENS_KEY: budgets.max_num_batched_tokens},

@@ -22,20 +22,27 @@ from paged_operator.scrape import PodTarget
 
 @dataclass(frozen=True)
 class EnginePod:
-    """A Kubernetes-ready engine pod: its name and base URL (``http://<pod-ip>:<port>``)."""
+    """A Kubernetes-ready engine pod: its name, base URL (``http://<pod-ip>:<port>``) and the admin API's base URL
+    (its own port, not in the Service; the public one when the engine has no separate admin port)."""
 
     name: str
     base_url: str
+    admin_url: str | None = None
+
+    @property
+    def admin_base(self) -> str:
+        return self.admin_url or self.base_url
 
     @property
     def metrics_target(self) -> PodTarget:
         return PodTarget(self.name, f"{self.base_url}/metrics")
 
 
-def engine_pod(pod: Mapping[str, Any], port: int) -> EnginePod:
+def engine_pod(pod: Mapping[str, Any], port: int, admin_port: int | None = None) -> EnginePod:
     ip = pod["status"]["podIP"]
     host = f"[{ip}]" if ":" in ip else ip
-    return EnginePod(pod["metadata"]["name"], f"http://{host}:{port}")
+    admin = f"http://{host}:{admin_port}" if admin_port is not None else None
+    return EnginePod(pod["metadata"]["name"], f"http://{host}:{port}", admin)
 
 
 class EngineAdmin:
@@ -74,7 +81,7 @@ class EngineAdmin:
         try:
             async with asyncio.timeout(self._timeout_s):
                 response = await self._client.put(
-                    f"{pod.base_url}/admin/budgets", json=body, headers=headers, timeout=self._timeout_s
+                    f"{pod.admin_base}/admin/budgets", json=body, headers=headers, timeout=self._timeout_s
                 )
         except TimeoutError:
             return f"no answer within {self._timeout_s:g} s"

@@ -29,7 +29,15 @@ import kopf
 from paged_platform.api import GROUP, PLURAL, VERSION, Decision, ModelDeployment, ModelDeploymentStatus
 from pydantic import ValidationError
 
-from paged_operator import admin_token, budget_tuner, children, health, router_children, status_builder
+from paged_operator import (
+    admin_token,
+    budget_tuner,
+    children,
+    health,
+    model_status,
+    router_children,
+    status_builder,
+)
 from paged_operator.budget_tuner import Budgets
 from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide, initial_state
 from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
@@ -273,6 +281,7 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
         status.desired_replicas = desired
         status.selector = children.selector_string(md)
         status.endpoint = children.endpoint(md)
+        status.model = md.spec.model.describe()
         status.budget = status.budget or status_builder.budget_state(budgets)
         status.replicas = dep_status.get("replicas", 0)
         status.ready_replicas = dep_status.get("readyReplicas", 0)
@@ -363,7 +372,8 @@ class ControlLoop:
 
         pods = await kube.list_pods(namespace, children.selector_string(md))
         alive = [p for p in pods if not status_builder.pod_is_terminating(p)]
-        candidates = [engine_pod(p, children.ENGINE_PORT) for p in alive if status_builder.pod_is_ready(p)]
+        kube_ready = [p for p in alive if status_builder.pod_is_ready(p)]
+        candidates = [engine_pod(p, children.ENGINE_PORT, children.ADMIN_PORT) for p in kube_ready]
         admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
         serving, not_serving = await admin.serving(candidates)
         if not_serving != self.not_serving:
@@ -422,6 +432,7 @@ class ControlLoop:
 
         progressing = status_builder.progressing_condition(deployment, desired)
         ready = status_builder.ready_condition(len(serving), desired, md.spec.replicas.min)
+        model_ready = model_status.model_ready(md, alive)
         recorded: list[Decision] = []
 
         def observed(status: ModelDeploymentStatus, _: Mapping[str, Any]) -> None:
@@ -441,6 +452,7 @@ class ControlLoop:
             generation = status.observed_generation  # the fresh one: conditions never claim an older generation
             _set(status, "Progressing", progressing, now, generation)
             _set(status, "Ready", ready, now, generation)
+            _set(status, "ModelReady", model_ready, now, generation)
             for cond in plan.conditions:
                 value = status_builder.ConditionValue(cond.status, cond.reason, cond.message)  # type: ignore[arg-type]
                 _set(status, cond.type, value, now, generation)

@@ -15,6 +15,7 @@ from typing import Any
 
 from paged_platform.api import ModelDeployment
 
+from paged_operator import pod_security
 from paged_operator.children import HTTP_PORT_NAME, owner_reference, router_name, service_name
 
 ROUTER_CONTAINER = "router"
@@ -72,7 +73,7 @@ def router_deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
         "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         "livenessProbe": _probe("/health", 10),
         "readinessProbe": _probe("/ready", 5),
-        "securityContext": {"runAsNonRoot": True, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False},
+        "securityContext": pod_security.container_security_context(),
     }
     return {
         "apiVersion": "apps/v1",
@@ -85,6 +86,7 @@ def router_deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
                 "metadata": {"labels": router_labels(md)},
                 "spec": {
                     "serviceAccountName": router_name(md),
+                    "securityContext": pod_security.pod_security_context(),
                     "containers": [container],
                     "enableServiceLinks": False,
                 },

@@ -45,10 +45,10 @@ def test_flags_and_keyword_arguments_reach_the_same_fields() -> None:
     assert kwargs.kv_cache_memory == 512 << 20 and kwargs.scheduler.policy == "priority"
 
 
-@pytest.mark.parametrize(("env", "field"), [("PAGED_ATTENTION_BACKEND", "attention_backend"),
-                                           ("PAGED_GEMM_BACKEND", "gemm_backend")])  # fmt: skip
-def test_environment_variables_set_the_default_for_both(monkeypatch, env: str, field: str) -> None:
-    value = "reference" if field == "attention_backend" else "torch"
+@pytest.mark.parametrize(("env", "field", "value"), [("PAGED_ATTENTION_BACKEND", "attention_backend", "reference"),
+                                                    ("PAGED_GEMM_BACKEND", "gemm_backend", "torch"),
+                                                    ("PAGED_CPU_ISA", "cpu_isa", "avx2")])  # fmt: skip
+def test_environment_variables_set_the_default_for_both(monkeypatch, env: str, field: str, value: str) -> None:
     monkeypatch.setenv(env, value)
     assert getattr(EngineConfig.from_kwargs(), field) == value
     assert getattr(engine_config(serve_args()), field) == value
@@ -61,6 +61,8 @@ def test_bad_settings_are_refused_with_their_name() -> None:
         EngineConfig.from_kwargs(max_num_seqs=0)
     with pytest.raises(ValueError, match="device must be auto, cpu, cuda or cuda:N, got 'tpu'"):
         EngineConfig.from_kwargs(device="tpu")
+    with pytest.raises(ValueError, match="cpu_isa must be auto, avx2 or avx512, got 'sse4'"):
+        EngineConfig.from_kwargs(cpu_isa="sse4")
     with pytest.raises(ValueError, match="invalid KV-cache memory '2 gigs'"):
         EngineConfig.from_kwargs(kv_cache_memory="2 gigs")
     with pytest.raises(SystemExit):

@@ -151,3 +151,72 @@ def test_wide_block_table_runs_in_token_slices() -> None:
     wide[:, : batch.block_tables.shape[1]] = batch.block_tables
     batch.block_tables = wide
     check(batch)
+
+
+def _flash_or_skip():
+    from paged_engine.attention.flash import load_flash_attention
+    from paged_engine.attention.selection import flash_gap
+
+    flash = load_flash_attention()
+    if isinstance(flash, str):
+        pytest.skip(flash)
+    gap = flash_gap(torch.cuda.get_device_capability(), "bfloat16", 128)
+    if gap is not None:
+        pytest.skip(gap)
+    return flash
+
+
+@pytest.mark.parametrize(
+    ("seqs", "window", "cap"),
+    [([(40, 40), (700, 90), (9, 1)], -1, 0.0), ([(1000, 300), (33, 33)], 256, 0.0), ([(64, 64), (130, 7)], -1, 30.0)],
+)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_flash_attention_4_prefill_matches_reference(seqs, window: int, cap: float, head_dim: int) -> None:
+    from paged_engine.attention.flash import flash_prefill
+
+    flash = _flash_or_skip()
+    batch = make_batch(seqs, num_heads=8, num_kv_heads=2, head_dim=head_dim, dtype=torch.bfloat16,
+                       sliding_window=window, logits_soft_cap=cap)  # fmt: skip
+    # the engine's cache holds no NaN (block 0 is zeros); FlashAttention may read whole pages
+    batch.key_cache, batch.value_cache = batch.key_cache.nan_to_num(0.0), batch.value_cache.nan_to_num(0.0)
+    expected = reference.paged_attention(*batch.args())
+    gpu = to_cuda(batch)
+    out = torch.zeros_like(gpu.query)
+    flash_prefill(flash.varlen, out, *gpu.args())
+    torch.testing.assert_close(out.cpu().float(), expected.float(), atol=2e-2, rtol=2e-2)
+
+
+def _runner(folder, decode_mode: str) -> ModelRunner:
+    model, _ = load_hf_model(folder, device="cuda")
+    plan = plan_kv_cache(model, 16, torch.float32, 512, num_blocks=256)
+    runner = ModelRunner(model, plan, get_backend("cuda"), max_num_reqs=8, max_model_len=512, device="cuda",
+                         decode_mode=decode_mode)  # fmt: skip
+    runner.capture_graphs()
+    return runner
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_cuda_graph_decode_matches_eager(arch: str, tmp_path) -> None:
+    folder = save_model(tmp_path, arch)
+    gen = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(3, 128, (n,), generator=gen).tolist() for n in (5, 16, 61, 300, 2)]  # pads 5 -> 8
+    eager = run_manual(_runner(folder, "eager"), prompts, max_tokens=24, budget=64)
+    graphed = _runner(folder, "cuda_graphs")
+    assert graphed.decode is not None and len(graphed.decode._graphs) == len(graphed.decode.sizes)
+    assert run_manual(graphed, prompts, max_tokens=24, budget=64) == eager
+
+
+def test_forward_never_synchronises_with_the_host(tmp_path, monkeypatch) -> None:
+    """Prefill, mixed and decode forward passes run under CUDA's sync debug mode set to error."""
+    runner = _runner(save_model(tmp_path, "gemma3"), "eager")
+    forward = runner._forward
+
+    def checked(inputs):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return forward(inputs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(runner, "_forward", checked)
+    run_manual(runner, [[5] * 40, [7] * 3, [9] * 100], max_tokens=8, budget=48)

@@ -11,9 +11,9 @@ from paged_engine.attention import ops
 pytestmark = pytest.mark.usefixtures("kernels")
 
 
-@pytest.mark.parametrize("rows", [0, 1, 2, 3, 5, 6, 7, 64, 301])
+@pytest.mark.parametrize("rows", [0, 1, 2, 3, 5, 6, 7, 11, 12, 13, 64, 301])
 @pytest.mark.parametrize(("out_features", "in_features"), [(16, 8), (100, 40), (1000, 640)])
-def test_matches_dense_linear(rows, out_features, in_features):
+def test_matches_dense_linear(rows, out_features, in_features, cpu_isa):
     gen = torch.Generator().manual_seed(rows * 7919 + out_features)
     weight = torch.randn(out_features, in_features, generator=gen)
     x = torch.randn(rows, in_features, generator=gen)
@@ -22,7 +22,7 @@ def test_matches_dense_linear(rows, out_features, in_features):
     torch.testing.assert_close(out, F.linear(x, weight), rtol=1e-5, atol=1e-4)
 
 
-def test_strided_rows_and_multiple_threads():
+def test_strided_rows_and_multiple_threads(cpu_isa):
     """Rows picked out of a wider activation (the runner's ``hidden[indices]`` case is contiguous; a column
     slice is not), with more panels than one thread's share."""
     weight = torch.randn(4099, 64)
@@ -35,6 +35,23 @@ def test_strided_rows_and_multiple_threads():
     finally:
         torch.set_num_threads(threads)
     torch.testing.assert_close(out, x @ weight.T, rtol=1e-5, atol=1e-4)
+
+
+def test_every_cpu_reports_avx2_and_the_cap_never_exceeds_the_cpu():
+    supported = ops.supported_cpu_isas()
+    assert "avx2" in supported and ops.cpu_isa() in supported
+    before = ops.cpu_isa()
+    try:
+        assert ops.cap_cpu_isa("avx2") == "avx2"
+        assert ops.cap_cpu_isa("avx512") == ("avx512" if "avx512" in supported else "avx2")
+        assert ops.cap_cpu_isa("auto") in supported  # the faster on this CPU (test_isa_tune.py)
+        with pytest.raises(ValueError, match="choose auto, avx2, avx512"):
+            ops.cap_cpu_isa("sse2")
+        if "avx512" not in supported:
+            with pytest.raises(RuntimeError, match="does not support avx512"):
+                ops.set_cpu_isa("avx512")
+    finally:
+        ops.set_cpu_isa(before)
 
 
 def test_opcheck():

@@ -146,16 +146,18 @@ def test_resources_gpus_scheduling_and_rollout_follow_the_spec() -> None:
     assert "--device" not in children.deployment(md(), UID)["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
-def test_model_volumes() -> None:
+def test_the_older_model_forms_render_as_their_new_sources() -> None:
     path_model = md({"model": {"name": "/models/qwen", "volume": {"claimName": "weights"}}})
     pod = children.deployment(path_model, UID)["spec"]["template"]["spec"]
-    assert pod["volumes"] == [{"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}}]
-    assert pod["containers"][0]["volumeMounts"] == [{"name": "model", "mountPath": "/models", "readOnly": True}]
+    assert pod["volumes"][0] == {"name": "model", "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}}
+    assert pod["containers"][0]["volumeMounts"][0] == {"name": "model", "mountPath": "/models", "readOnly": True}
+    assert pod["containers"][0]["args"][1] == "/models/qwen"
     hub = md({"model": {"name": "Qwen/Qwen2.5-0.5B"}})
     pod = children.deployment(hub, UID)["spec"]["template"]["spec"]
-    assert pod["volumes"] == [{"name": "model", "emptyDir": {}}]
-    assert {"name": "HF_HOME", "value": "/models/.cache/huggingface"} in pod["containers"][0]["env"]
-    assert "volumes" not in children.deployment(md(), UID)["spec"]["template"]["spec"]
+    assert pod["volumes"][0] == {"name": "model-cache", "emptyDir": {}}
+    assert pod["initContainers"][0]["args"][:4] == ["download", "Qwen/Qwen2.5-0.5B", "--revision", "main"]
+    assert pod["containers"][0]["args"][1] == "/model-cache/hub/Qwen--Qwen2.5-0.5B/main"
+    assert "initContainers" not in children.deployment(md(), UID)["spec"]["template"]["spec"]
 
 
 def test_service_pdb_and_endpoint() -> None:

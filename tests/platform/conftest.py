@@ -15,6 +15,31 @@ EXAMPLES = REPO / "examples"
 CHART = REPO / "charts" / "paged"
 
 
+#: One ``spec.model`` per source, each valid.
+MODEL_SOURCES: list[dict[str, Any]] = [
+    {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct", "revision": "v1.0",
+                     "tokenSecretRef": {"name": "hf", "key": "token"}}, "cache": {"claimName": "models"}},
+    {"s3": {"uri": "s3://weights/qwen/0.5b", "endpoint": "http://minio.storage:9000",
+            "credentialsSecretRef": {"name": "s3-creds"}}, "cache": {"sizeLimit": "20Gi"}},
+    {"path": {"claimName": "weights", "path": "llama/8b"}},
+    {"image": {"reference": "registry.example.com/models/llama:8b", "path": "model"}},
+]  # fmt: skip
+
+#: ``spec.model`` values the API server and pydantic both refuse, with the message each gives.
+MODEL_SOURCE_REFUSED: list[tuple[dict[str, Any], str]] = [
+    ({"model": {"huggingFace": {"id": "a/b"}, "s3": {"uri": "s3://bkt/x"}}}, "give at most one of model.huggingFace"),
+    ({"model": {"name": "a/b", "path": {"claimName": "w"}}}, "model.name and model.volume are the older form"),
+    ({"model": {"path": {"claimName": "w"}, "cache": {"claimName": "c"}}}, "model.cache applies to downloaded"),
+    ({"model": {"path": {"claimName": "w", "path": "a/../../etc"}}}, "model.path.path must stay inside the volume"),
+    ({"model": {"image": {"reference": "r/m:1", "path": ".."}}}, "model.image.path must stay inside the image"),
+    ({"model": {"name": "/models/../etc", "volume": {"claimName": "w"}}}, "model.name must stay under model.volume"),
+    ({"model": {"s3": {"uri": "s3://bkt/a/../b"}}}, "model.s3.uri must not contain '..' segments"),
+    ({"model": {"huggingFace": {"id": "a/b"}, "cache": {"claimName": "c", "sizeLimit": "1Gi"}}},
+     "sizeLimit applies to the per-pod emptyDir"),
+    ({"pod": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}, "are the operator's own"),
+]  # fmt: skip
+
+
 def apply_defaults(schema: dict[str, Any], obj: Any) -> Any:
     """Fill in OpenAPI ``default``s the way the API server does before validation (structural defaulting)."""
     obj = copy.deepcopy(obj)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,17 +18,19 @@ from paged_platform.api import (
     ConditionType,
     Decision,
     DecisionState,
+    HuggingFaceModel,
     ModelDeployment,
     ModelDeploymentSpec,
     ModelDeploymentStatus,
     ModelSource,
+    PathModel,
     parse_quantity,
 )
 from paged_platform.api.spec import ReplicasSpec, RolloutSpec, SchedulerBudget
-from paged_platform.crd import to_structural
+from paged_platform.crd import openapi_schema, to_structural
 from pydantic import ValidationError
 
-from conftest import apply_defaults, cel_holds
+from conftest import MODEL_SOURCE_REFUSED, MODEL_SOURCES, apply_defaults, cel_holds
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -46,7 +49,8 @@ def test_example_contents(examples_dir: Path) -> None:
     assert cpu.spec.model.resolved_served_name == "gemma-3-270m"
     gpu = ModelDeployment.model_validate(load(examples_dir / "modeldeployment-gpu.yaml"))
     assert gpu.spec.model.is_path and gpu.spec.resources.gpus == 1
-    assert gpu.spec.model.volume_read_only is True
+    source = gpu.spec.model.resolved()
+    assert isinstance(source, PathModel) and source.claim_name == gpu.spec.model.volume.claim_name
     assert gpu.spec.scheduler_budget.adaptive.enabled
 
 
@@ -71,7 +75,8 @@ def test_served_name_derivation() -> None:
     path = ModelSource.model_validate({"name": "/m/llama/", "volume": {"claimName": "w", "mountPath": "/m"}})
     assert path.resolved_served_name == "llama"
     assert ModelSource(name="a/b", served_name="x").resolved_served_name == "x"
-    assert ModelSource.model_validate({"name": "a/b", "volume": {"claimName": "cache"}}).volume_read_only is False
+    cached = ModelSource.model_validate({"name": "a/b", "volume": {"claimName": "cache"}})
+    assert cached.resolved() == HuggingFaceModel(id="a/b") and cached.resolved_cache().claim_name == "cache"
 
 
 INVALID = [
@@ -247,3 +252,53 @@ def test_decisions_keep_the_newest_and_round_trip() -> None:
     assert (
         DecisionState(max_num_seqs=8, max_num_batched_tokens=512).describe() == "maxNumSeqs=8,maxNumBatchedTokens=512"
     )
+
+
+@pytest.mark.parametrize("model", MODEL_SOURCES, ids=lambda m: next(iter(m)))
+def test_each_model_source_resolves_to_itself(model: dict[str, Any]) -> None:
+    source = ModelSource.model_validate(model)
+    assert source.given() is source.resolved()
+    assert source.resolved_served_name in ("Qwen2.5-0.5B-Instruct", "0.5b", "8b", "model")
+
+
+@pytest.mark.parametrize(("spec", "message"), MODEL_SOURCE_REFUSED)
+def test_model_source_rules_refuse_in_pydantic_with_the_servers_message(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        ModelDeploymentSpec.model_validate(spec)
+
+
+@pytest.mark.parametrize(("spec", "message"), MODEL_SOURCE_REFUSED)
+def test_model_source_cel_rules_refuse_what_pydantic_refuses(spec: dict[str, Any], message: str) -> None:
+    """The CRD's CEL rule with the message evaluates to false on the defaulted object (cel-python)."""
+    schema = openapi_schema()["properties"]["spec"]
+    wire = apply_defaults(schema, spec)
+    section = next(iter(spec))
+    node = schema["properties"][section]
+    rules = list(node.get("x-kubernetes-validations", []))
+    for name, sub in node.get("properties", {}).items():
+        rules += [dict(r, scope=name) for r in sub.get("x-kubernetes-validations", [])]
+    matching = [r for r in rules if message in r["message"]]
+    assert matching, f"no CEL rule says {message!r}"
+    for rule in matching:
+        target = wire[section] if "scope" not in rule else wire[section].get(rule["scope"])
+        assert target is not None and not cel_holds(rule["rule"], target), rule
+
+
+def test_the_older_form_reads_as_the_new_sources() -> None:
+    path = ModelSource.model_validate({"name": "/data/llama/8b", "volume": {"claimName": "w", "mountPath": "/data"}})
+    assert path.resolved() == PathModel(claim_name="w", path="llama/8b")
+    assert ModelSource().resolved() == "default" and ModelSource().is_default
+    assert ModelSource(name="a/b").describe() == "huggingFace a/b@main"
+
+
+def test_the_operator_docs_examples_validate() -> None:
+    """Every ModelDeployment (or bare ``spec:``) in docs/operator.md's YAML blocks is a valid object."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text()
+    checked = 0
+    for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL):
+        for doc in yaml.safe_load_all(block):
+            if doc.get("kind", "ModelDeployment") != "ModelDeployment" or "spec" not in doc:
+                continue
+            ModelDeployment.model_validate({"metadata": {"name": "docs"}, **doc})
+            checked += 1
+    assert checked >= 6

@@ -35,7 +35,7 @@ from paged_platform.ctl import app
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, MODEL_SOURCE_REFUSED, MODEL_SOURCES
 from e2e.cluster.client import APPLY_PATCH, ApiError, KubeClient, wait_for
 
 pytestmark = pytest.mark.k8s
@@ -99,7 +99,16 @@ REFUSED = [
     ({"autoscaling": {"targets": {"kvCacheUsage": 1.5}}}, "spec.autoscaling.targets.kvCacheUsage"),
     ({"engine": {"kvCacheMemory": "2 GB"}}, "spec.engine.kvCacheMemory"),
     ({"engine": {"blockSize": 24}}, "spec.engine.blockSize"),
+    *MODEL_SOURCE_REFUSED,
 ]
+
+
+@pytest.mark.parametrize("model", MODEL_SOURCES, ids=lambda m: next(iter(m)))
+def test_every_model_source_is_accepted_and_defaulted_like_pydantic(
+    kube_admin: KubeClient, kube_namespace: str, md_crd: str, model: dict[str, Any]
+) -> None:
+    created = kube_admin.create(collection(kube_namespace), doc(f"src-{next(iter(model)).lower()}", model=model))
+    assert created["spec"] == ModelDeployment.model_validate(doc(model=model)).spec.to_wire()
 
 
 @pytest.mark.parametrize(("spec", "message"), REFUSED)

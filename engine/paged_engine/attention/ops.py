@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+from pathlib import Path
 
 import torch
 
@@ -43,7 +45,9 @@ def load() -> Extension:
     """Load (building on first use) the kernel extension; raises KernelBuildError with the reason if it can't."""
     ext = find_or_build()
     _register_fakes()
-    log.info("paged kernels loaded from %s (%s build, CUDA kernels: %s)", ext.path, ext.how, ext.with_cuda)
+    isa = _cap_cpu_isa(os.environ.get("PAGED_CPU_ISA") or "auto", ext.path)
+    log.info("paged kernels loaded from %s (%s build, CUDA kernels: %s); CPU kernels: %s (this CPU: %s)", ext.path,
+             ext.how, ext.with_cuda, isa, ", ".join(supported_cpu_isas()))  # fmt: skip
     return ext
 
 
@@ -168,6 +172,43 @@ def panel_linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features:
     """``input @ weight.T`` ``[rows, out_features]`` for a weight packed by :func:`pack_linear_weight` (CPU, fp32).
     Built for few rows against a very wide weight: the LM head."""
     return torch.ops.paged.panel_linear(input, packed_weight, out_features)
+
+
+CPU_ISAS = ("avx2", "avx512")  # in increasing order
+
+
+def cpu_isa() -> str:
+    """The instruction set the CPU kernels run with: the best this CPU supports, capped by ``PAGED_CPU_ISA``."""
+    return torch.ops.paged.cpu_isa()
+
+
+def cap_cpu_isa(level: str) -> str:
+    """Run the CPU kernels at ``level`` or the best this CPU supports below it; ``auto`` takes whichever variant
+    measures faster on this CPU (``isa_tune``). Returns the variant chosen."""
+    return _cap_cpu_isa(level, load().path)
+
+
+def _cap_cpu_isa(level: str, kernel_path: Path) -> str:
+    if level not in ("auto", *CPU_ISAS):
+        raise ValueError(f"unknown CPU instruction set {level!r}; choose auto, {', '.join(CPU_ISAS)}")
+    supported = supported_cpu_isas()
+    if level == "auto":
+        from paged_engine.attention.isa_tune import choose_panel_isa
+
+        set_cpu_isa(choose_panel_isa([isa for isa in CPU_ISAS if isa in supported], kernel_path))
+    else:
+        allowed = CPU_ISAS[: CPU_ISAS.index(level) + 1]
+        set_cpu_isa(max((isa for isa in supported if isa in allowed), key=CPU_ISAS.index))
+    return cpu_isa()
+
+
+def supported_cpu_isas() -> list[str]:
+    return list(torch.ops.paged.supported_cpu_isas())
+
+
+def set_cpu_isa(name: str) -> None:
+    """Switch the CPU kernels to ``name`` (``avx2`` or ``avx512``); refused when this CPU lacks it."""
+    torch.ops.paged.set_cpu_isa(name)
 
 
 def argmax_rows(input: torch.Tensor) -> torch.Tensor:

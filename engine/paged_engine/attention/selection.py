@@ -58,6 +58,24 @@ def coverage_gap(shape: AttentionShape) -> str | None:
     return None
 
 
+FLASH_DTYPES = ("bfloat16", "float16")
+
+
+def flash_gap(compute_capability: tuple[int, int], dtype: str, head_size: int) -> str | None:
+    """Why FlashAttention 4's paged prefill can't serve this model on this GPU, or None when it can. Its paged
+    kernels exist for SM 9.x (head sizes 8..256) and SM 10.x/11.x (up to 128, or 256), in 16-bit dtypes."""
+    major = compute_capability[0]
+    if dtype not in FLASH_DTYPES:
+        return f"dtype {dtype} (FlashAttention runs {', '.join(FLASH_DTYPES)})"
+    if head_size % 8:
+        return f"head size {head_size} is not a multiple of 8"
+    if major == 9:
+        return None if 8 <= head_size <= 256 else f"head size {head_size} is outside 8..256 on SM 9.x"
+    if major in (10, 11):
+        return None if head_size <= 128 or head_size == 256 else f"head size {head_size} on SM {major}.x"
+    return f"no paged FlashAttention 4 kernel for SM {major}.{compute_capability[1]} (it has SM 9.x, 10.x, 11.x)"
+
+
 def select(requested: str, shape: AttentionShape, kernels: KernelBuild) -> Selection:
     """The backend for ``requested`` (one of ``BACKENDS``) on this machine."""
     if requested not in BACKENDS:

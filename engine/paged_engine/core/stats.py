@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -20,3 +20,5 @@ class SchedulerStats:
     num_generation_tokens: int  # increment of paged_generation_tokens_total
     max_num_seqs: int  # paged_scheduler_max_num_seqs
     max_num_batched_tokens: int  # paged_scheduler_max_num_batched_tokens
+    # seconds of this step per phase (schedule, prepare, model, attention, sample, update; paged_step_phase_seconds)
+    step_phases: dict[str, float] = field(default_factory=dict)

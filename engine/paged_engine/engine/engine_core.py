@@ -20,7 +20,10 @@ from typing import Any
 import torch
 
 from paged_engine.attention import get_backend, ops
-from paged_engine.attention.selection import AttentionShape, KernelBuild, Selection, select
+from paged_engine.attention.backend import AttentionBackend
+from paged_engine.attention.cuda import CudaKernelBackend
+from paged_engine.attention.flash import load_flash_attention
+from paged_engine.attention.selection import AttentionShape, KernelBuild, Selection, flash_gap, select
 from paged_engine.core import EngineCoreOutput, Request, RequestStatus, Scheduler, SchedulerStats
 from paged_engine.core.scheduler_config import check_range
 from paged_engine.engine.config import EngineConfig
@@ -30,8 +33,10 @@ from paged_engine.models.cpu_gemm import resolve_gemm_backend
 from paged_engine.request_limits import RequestLimits
 from paged_engine.sampling_params import SamplingParams
 from paged_engine.worker.cpu_malloc import keep_freed_memory
+from paged_engine.worker.cuda_graphs import graphs_off_reason
 from paged_engine.worker.kv_cache import plan_kv_cache
 from paged_engine.worker.model_runner import ModelRunner
+from paged_engine.worker.step_timing import StepClock
 
 logger = logging.getLogger(__name__)
 MAX_NUM_SEQS_LIMIT_FLOOR = 256
@@ -43,7 +48,7 @@ def resolve_model_folder(config: EngineConfig) -> Path:
     """The model's Hugging Face folder (the default model and GGUF files are converted into a cache once)."""
     from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder
 
-    return Path(resolve_model(config.model, write_tokenizer=write_gguf_tokenizer_folder))
+    return Path(resolve_model(config.model, write_tokenizer=write_gguf_tokenizer_folder, revision=config.revision))
 
 
 def resolve_device(device: str) -> torch.device:
@@ -63,6 +68,17 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return _DTYPES[dtype]
+
+
+def apply_cpu_isa(level: str) -> str:
+    """The CPU kernels' instruction set, capped at ``level``; "none" when the kernels can't be built here."""
+    try:
+        ops.load()
+    except ops.KernelBuildError:
+        return "none"
+    isa = ops.cap_cpu_isa(level)
+    logger.info("CPU kernels: %s (this CPU supports %s)", isa, ", ".join(ops.supported_cpu_isas()))
+    return isa
 
 
 def kernel_build() -> KernelBuild:
@@ -93,6 +109,7 @@ class EngineCore:
         torch.manual_seed(config.seed)
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
+        self.cpu_isa = apply_cpu_isa(config.cpu_isa)
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         if self.device.type == "cpu":
@@ -131,16 +148,25 @@ class EngineCore:
         )
         self.scheduler = Scheduler(dataclasses.replace(scheduler_config, max_model_len=self.max_model_len), plan.config)
         self.attention = self._select_attention(model.spec.head_dim)
+        self.graphs_off = graphs_off_reason(self.device.type, self.attention.backend, config.enforce_eager)
+        if self.graphs_off is not None and self.device.type == "cuda":
+            logger.info("CUDA graphs off: %s", self.graphs_off)
+        backend = get_backend(self.attention.backend)
+        self.prefill_attention = self._enable_flash(backend, model.spec.head_dim)
         self.runner = ModelRunner(
             model,
             plan,
-            get_backend(self.attention.backend),
+            backend,
             max_num_reqs=self.max_num_seqs_limit,
             max_model_len=self.max_model_len,
             eos_token_ids=self.eos_token_ids,
             dtype=self.dtype,
             device=self.device,
+            max_num_tokens=self.max_num_batched_tokens_limit,
+            decode_mode="eager" if self.graphs_off is not None else "cuda_graphs",
+            max_graph_batch=scheduler_config.max_num_seqs,
         )
+        self.runner.capture_graphs()
         self.limits = RequestLimits(model.spec.vocab_size, self.max_model_len, config.max_logprobs)
         self.last_stats: SchedulerStats | None = None
         self.num_preemptions = 0
@@ -155,6 +181,23 @@ class EngineCore:
         else:
             logger.info("attention backend %s -> %s", self.config.attention_backend, selection.backend)
         return selection
+
+    def _enable_flash(self, backend: AttentionBackend, head_size: int) -> str:
+        """Prefill through FlashAttention 4 where it covers the GPU and model; returns what serves prefill."""
+        if not isinstance(backend, CudaKernelBackend):
+            return backend.name
+        flash = load_flash_attention()
+        if isinstance(flash, str):
+            gap: str | None = flash
+        else:
+            capability = torch.cuda.get_device_capability(self.device)
+            gap = flash_gap(capability, str(self.dtype).removeprefix("torch."), head_size)
+        if gap is not None or isinstance(flash, str):
+            logger.info("prefill attention: the paged CUDA kernel (FlashAttention 4 not used: %s)", gap)
+            return "cuda"
+        backend.use_flash_for_prefill(flash)
+        logger.info("prefill attention: flash-attn-4 %s", flash.version)
+        return f"flash-attn-4 {flash.version}"
 
     # ---- requests ----
 
@@ -196,10 +239,14 @@ class EngineCore:
 
     def step(self) -> list[EngineCoreOutput]:
         """One scheduler step and one forward pass; returns what changed per request."""
+        clock = StepClock()
         scheduler_output = self.scheduler.schedule()
+        clock.lap("schedule")
         runner_output = self.runner.execute_model(scheduler_output)
+        clock.skip(self.runner.last_phases)
         result = self.scheduler.update_from_output(scheduler_output, runner_output)
-        self.last_stats = result.stats
+        clock.lap("update")
+        self.last_stats = dataclasses.replace(result.stats, step_phases=clock.phases)
         self.num_preemptions += result.stats.num_preemptions
         return result.outputs
 
@@ -213,7 +260,8 @@ class EngineCore:
             "max_model_len": self.max_model_len, "num_blocks": plan.config.num_blocks,
             "block_size": plan.config.block_size, "device": str(self.device),
             "attention_backend": self.runner.backend.name, "attention_fallback": self.attention.reason or "",
-            "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
+            "prefill_attention": self.prefill_attention, "cuda_graphs": "off" if self.graphs_off is not None else "on",
+            "cpu_isa": self.cpu_isa, "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
             "vocab_size": self.limits.vocab_size, "max_logprobs": self.limits.max_logprobs,
             "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
         }  # fmt: skip

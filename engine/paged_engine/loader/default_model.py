@@ -18,6 +18,8 @@ from pathlib import Path
 
 from paged_engine.loader.gguf_loader import cache_root, gguf_to_hf_folder
 from paged_engine.loader.hf import ModelLoadError
+from paged_engine.loader.sources.fetch import fetch
+from paged_engine.loader.sources.spec import LocalSource, parse_source
 
 logger = logging.getLogger(__name__)
 
@@ -60,18 +62,26 @@ def prebuilt_default_model(folder: Path) -> Path:
     return folder
 
 
-def resolve_model(model: str | Path | None, write_tokenizer: TokenizerWriter | None = None) -> Path:
+def resolve_model(
+    model: str | Path | None, write_tokenizer: TokenizerWriter | None = None, revision: str | None = None
+) -> Path:
     """A Hugging Face folder (config.json + safetensors + tokenizer files) for ``model``.
 
     ``None`` or a default alias selects Gemma 3 270M; a folder with ``config.json`` is used as is; a ``.gguf``
-    file, or a folder holding exactly one, is converted (cached). ``write_tokenizer(gguf, folder)`` writes the
-    GGUF's tokenizer into a freshly converted folder.
+    file, or a folder holding exactly one, is converted (cached); a Hugging Face id (``ORG/NAME``, at
+    ``revision``) or an ``s3://`` prefix is downloaded into the cache (:mod:`paged_engine.loader.sources`).
+    ``write_tokenizer(gguf, folder)`` writes the GGUF's tokenizer into a freshly converted folder.
     """
     if model is None or str(model) in DEFAULT_MODEL_ALIASES:
+        if revision is not None:
+            raise ModelLoadError("--revision applies to a Hugging Face repo id, not the default model")
         if prebuilt := os.environ.get(DEFAULT_MODEL_DIR_ENV):
             return prebuilt_default_model(Path(prebuilt))
         path, sha = default_gguf_path()
         return gguf_to_hf_folder(path, sha256=sha, write_tokenizer=write_tokenizer)
+    source = parse_source(str(model), revision, path_exists=lambda p: Path(p).expanduser().exists())
+    if not isinstance(source, LocalSource):
+        return fetch(source)
     path = Path(model).expanduser()
     if path.is_dir():
         if (path / "config.json").is_file():

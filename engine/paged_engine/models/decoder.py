@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from paged_engine.attention import ops
@@ -174,6 +175,9 @@ class DecoderForCausalLM(nn.Module):
         """Logits ``[rows, vocab]`` in fp32 for already-selected hidden rows (only rows that sample)."""
         if isinstance(self.lm_head, PACKED_LINEARS):
             logits = self.lm_head(hidden).float()
+        elif hidden.is_cuda:
+            weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+            logits = F.linear(hidden, weight).float()
         else:
             weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
             # ``weight @ hidden.T`` streams the [vocab, hidden] matrix once against a small right-hand side,

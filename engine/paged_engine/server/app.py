@@ -77,7 +77,14 @@ class ServerState:
 DEFAULT_MAX_BODY_BYTES = 32 << 20
 
 
-def build_app(state: ServerState, lifespan: Any = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+def build_app(
+    state: ServerState,
+    lifespan: Any = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    with_admin: bool = True,
+) -> FastAPI:
+    """The public application; ``with_admin=False`` leaves ``/admin`` out (it is then served by
+    :func:`build_admin_app` on its own port)."""
     app = FastAPI(title="paged-engine", version="0.1.0", docs_url="/docs", redoc_url=None, lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
@@ -95,15 +102,6 @@ def build_app(state: ServerState, lifespan: Any = None, max_body_bytes: int = DE
     app.openapi = openapi  # type: ignore[method-assign]
     client, metrics = state.client, state.metrics
     api_auth = Depends(_bearer_guard(state.api_key, "API key"))
-    admin_auth = Depends(_bearer_guard(state.admin_token, "admin token"))
-
-    async def budgets() -> dict[str, Any]:
-        try:
-            result = await client.call("get_budgets")
-        except EngineDeadError as exc:
-            raise APIError(503, str(exc), type="unavailable_error") from None
-        metrics.observe_budgets(result["max_num_seqs"], result["max_num_batched_tokens"])
-        return result
 
     # ---- probes and metrics ----
 
@@ -172,7 +170,31 @@ def build_app(state: ServerState, lifespan: Any = None, max_body_bytes: int = DE
         serving.check_token_ids("tokens", body.tokens)
         return {"prompt": serving.tokenizer.decode(body.tokens, skip_special_tokens=False)}
 
-    # ---- admin API ----
+    if with_admin:
+        add_admin_routes(app, state)
+    return app
+
+
+def build_admin_app(state: ServerState) -> FastAPI:
+    """The admin API alone, for ``--admin-port``: kept off the port the Service exposes."""
+    app = FastAPI(title="paged-engine admin", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
+    install_error_handlers(app)
+    add_admin_routes(app, state)
+    return app
+
+
+def add_admin_routes(app: FastAPI, state: ServerState) -> None:
+    """``/admin``: live budgets and drain, behind the admin token."""
+    client, metrics = state.client, state.metrics
+    admin_auth = Depends(_bearer_guard(state.admin_token, "admin token"))
+
+    async def budgets() -> dict[str, Any]:
+        try:
+            result = await client.call("get_budgets")
+        except EngineDeadError as exc:
+            raise APIError(503, str(exc), type="unavailable_error") from None
+        metrics.observe_budgets(result["max_num_seqs"], result["max_num_batched_tokens"])
+        return result
 
     @app.get("/admin/budgets", dependencies=[admin_auth])
     async def get_budgets() -> dict[str, Any]:
@@ -226,8 +248,6 @@ def build_app(state: ServerState, lifespan: Any = None, max_body_bytes: int = DE
         state.ready_serving().draining = False
         state.closing_connections = False
         return drain_state()
-
-    return app
 
 
 async def _until_disconnect(request: Request, work: Awaitable[dict[str, Any]]) -> Response:

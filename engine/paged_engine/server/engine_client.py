@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import multiprocessing.process
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,12 +164,15 @@ class EngineClient:
 
     async def _read_outputs(self) -> None:
         while True:
-            message = wire.decode_from_core(await self._output.recv())
+            data = await self._output.recv()
+            start = time.perf_counter()
+            message = wire.decode_from_core(data)
             if isinstance(message, wire.StepOutputs):
                 for out in message.outputs:
                     self._route(out)
                 if message.stats is not None:
-                    self._on_stats(message.stats)
+                    ipc = {"ipc_decode": time.perf_counter() - start}  # decoding and routing one step's outputs
+                    self._on_stats(dataclasses.replace(message.stats, step_phases={**message.stats.step_phases, **ipc}))
             elif isinstance(message, wire.ControlReply):
                 future = self._calls.get(message.call_id)
                 if future is not None and not future.done():

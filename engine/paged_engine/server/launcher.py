@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from paged_engine.engine.config import EngineConfig
 from paged_engine.engine.core_proc import CoreProcAddresses, run_engine_core
 from paged_engine.request_limits import RequestLimits
-from paged_engine.server.app import ServerState, build_app
+from paged_engine.server.app import ServerState, build_admin_app, build_app
 from paged_engine.server.engine_client import EngineClient, EngineDeadError
 from paged_engine.server.metrics import EngineMetrics
 from paged_engine.server.serving import Serving
@@ -37,7 +37,8 @@ LOAD_TIMEOUT_S = 1800.0
 INFO_LABELS = {
     "device": "device", "dtype": "dtype", "attention_backend": "attention_backend",
     "attention_fallback": "attention_fallback", "gemm_backend": "gemm_backend", "num_kv_blocks": "num_blocks",
-    "block_size": "block_size",
+    "block_size": "block_size", "prefill_attention": "prefill_attention", "cuda_graphs": "cuda_graphs",
+    "cpu_isa": "cpu_isa",
 }  # fmt: skip
 
 
@@ -109,13 +110,25 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
             loader.cancel()
             await client.close()
 
-    app = build_app(state, lifespan=lifespan, max_body_bytes=args.max_request_body_bytes)
+    separate_admin = args.admin_port is not None
+    app = build_app(state, lifespan=lifespan, max_body_bytes=args.max_request_body_bytes, with_admin=not separate_admin)
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.log_level == "debug",
         timeout_graceful_shutdown=args.shutdown_grace_seconds, lifespan="on",
     )  # fmt: skip
     server = _GracefulServer(config)
-    await server.serve()
+    if separate_admin:
+        admin_config = uvicorn.Config(build_admin_app(state), host=args.host, port=args.admin_port,
+                                      log_level=args.log_level, access_log=False, lifespan="off")  # fmt: skip
+        admin = _AdminServer(admin_config)
+        admin_task = asyncio.create_task(admin.serve())
+        try:
+            await server.serve()
+        finally:
+            admin.should_exit = True  # the admin port closes with the public one
+            await admin_task
+    else:
+        await server.serve()
     if client.dead:
         exit_code = 1
     return exit_code
@@ -133,6 +146,14 @@ class _GracefulServer(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+class _AdminServer(uvicorn.Server):
+    """The admin port's server: signals are the public server's to handle (it closes this one on its way out)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def _default_name(model: str) -> str:

@@ -26,6 +26,7 @@ _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 
                     20.0, 40.0, 80.0, 160.0, 640.0)  # fmt: skip
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0)
 _TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+_PHASE_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
 FINISH_REASONS = ("stop", "length", "abort", "error")  # error: failed inside a step (see worker/request_faults.py)
 
 
@@ -72,6 +73,11 @@ class EngineMetrics:
             "paged_request_queue_time_seconds", "Time a request waited before first scheduled.", _LATENCY_BUCKETS
         )
         self.iteration_tokens = histogram("paged_iteration_tokens", "Tokens computed per engine step.", _TOKEN_BUCKETS)
+        self.step_phase = Histogram(
+            "paged_step_phase_seconds", "Time per engine step (or, for server phases, per call) by phase: schedule, "
+            "prepare, model, attention, sample, update in the engine core; ipc_decode and detokenize in the server.",
+            ["model_name", "phase"], buckets=_PHASE_BUCKETS, registry=r,
+        )  # fmt: skip
         self.info = Info("paged_engine", "Static facts about this engine.", registry=r)
 
     def set_info(self, **facts: str) -> None:
@@ -93,6 +99,11 @@ class EngineMetrics:
                 counter.inc(increment)
         if stats.num_scheduled_tokens:
             self.iteration_tokens.observe(stats.num_scheduled_tokens)
+        for phase, seconds in stats.step_phases.items():
+            self.observe_phase(phase, seconds)
+
+    def observe_phase(self, phase: str, seconds: float) -> None:
+        self.step_phase.labels(self.model_name, phase).observe(seconds)
 
     def observe_budgets(self, max_num_seqs: int, max_num_batched_tokens: int) -> None:
         self.max_num_seqs.set(max_num_seqs)

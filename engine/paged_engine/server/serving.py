@@ -147,7 +147,9 @@ class Serving:
                     timeline.scheduled(out.first_scheduled_time)
                 if out.new_token_ids:
                     timeline.tokens(len(out.new_token_ids))
+                started = time.perf_counter()
                 update = choice.apply(out)
+                timeline.phase("detokenize", time.perf_counter() - started)
                 if update.finished:
                     open_ids.discard(sid)
                     timeline.finish(choice.finish_reason or "abort", len(choice.token_ids))

@@ -39,6 +39,10 @@ class RequestTimeline:
                 self.metrics.itl.observe(gap)
         self.last_token = t
 
+    def phase(self, name: str, seconds: float) -> None:
+        """Server-side work for this request (e.g. detokenising one output), for the step-time breakdown."""
+        self.metrics.observe_phase(name, seconds)
+
     def finish(self, reason: str, generated: int) -> None:
         if self.done:
             return

@@ -1,11 +1,12 @@
 """Turns a :class:`SchedulerOutput` into one forward pass and sampled tokens.
 
 Per step: forget finished/preempted requests, add new ones and append new block ids to the persistent
-:class:`InputBatch`, perform copy-on-write block copies, build flat inputs (token ids, positions, per-group slot
-mappings and block tables, query start locations, sequence lengths) with vectorised numpy, run the model,
-compute logits only for the last row of each request that reaches the end of its known tokens, sample, and
-append the sampled tokens to the batch. A failure in one request's own work fails only that request
-(:mod:`paged_engine.worker.request_faults`).
+:class:`InputBatch`, perform copy-on-write block copies, write flat inputs (token ids, positions, per-group slot
+mappings and fixed-width block tables, query start locations, sequence lengths) with vectorised numpy into the
+persistent :class:`StepBuffers` and copy them to the device, run the model (a decode step from a CUDA graph
+where they are captured, see :mod:`paged_engine.worker.cuda_graphs`), compute logits only for the last row of
+each request that reaches the end of its known tokens, sample, and append the sampled tokens to the batch.
+A failure in one request's own work fails only that request (:mod:`paged_engine.worker.request_faults`).
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
 from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, SchedulerOutput
 from paged_engine.models.decoder import DecoderForCausalLM
 from paged_engine.sample import Sampler, SamplingMetadata, prompt_logprobs
+from paged_engine.worker.cuda_graphs import CudaGraphDecode, PaddedDecode, capture_sizes, pad_decode_inputs
 from paged_engine.worker.input_batch import InputBatch
 from paged_engine.worker.kv_cache import KVCachePlan, allocate_kv_caches
 from paged_engine.worker.request_faults import report, run_isolated
+from paged_engine.worker.step_buffers import StepBuffers
+from paged_engine.worker.step_timing import StepClock, TimedAttention
 
 
 @dataclass
 class StepInputs:
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    metadata: AttentionMetadata
+    metadata: AttentionMetadata | None  # None when the step replays a decode graph
+    graph_size: int | None  # the padded batch size of a decode graph, or None for an eager step
+    num_tokens: int
     req_ids: list[str]
     logits_indices: torch.Tensor  # flat token rows whose logits are needed
     sample_rows: np.ndarray  # batch rows of the requests that sample this step
@@ -40,6 +44,11 @@ class StepInputs:
 
 # Rows of prompt logits materialised at once for prompt logprobs (each row is a vocabulary-wide softmax).
 PROMPT_LOGPROBS_CHUNK = 256
+
+
+# How decode steps run: eagerly, padded to a graph size but eager (how CPU tests cover the graph path), or
+# replayed from captured CUDA graphs.
+DECODE_MODES = ("eager", "padded", "cuda_graphs")
 
 
 class ModelRunner:
@@ -53,21 +62,45 @@ class ModelRunner:
         eos_token_ids: list[int] | tuple[int, ...] = (),
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        max_num_tokens: int = 8192,
+        decode_mode: str = "eager",
+        max_graph_batch: int | None = None,
     ) -> None:
+        if decode_mode not in DECODE_MODES:
+            raise ValueError(f"decode_mode must be one of {DECODE_MODES}, got {decode_mode!r}")
         self.model = model
         self.plan = plan
-        self.backend = backend
+        # attention timed separately where kernels are synchronous (step_timing); a graph replays untimed
+        self.timed_attention = TimedAttention(backend) if torch.device(device).type == "cpu" else None
+        self.backend = self.timed_attention or backend
+        self.last_phases: dict[str, float] = {}
         self.eos_token_ids = tuple(eos_token_ids)
         self.device = torch.device(device)
+        self.max_model_len = max_model_len
         self.sampler = Sampler(ops.argmax_rows) if self.device.type == "cpu" and ops.loaded() else Sampler()
         self.block_size = plan.config.block_size
         self.kv_caches = allocate_kv_caches(model, plan, dtype, self.device)
         for layer in model.attention_layers:
-            layer.backend = backend
+            layer.backend = self.backend
         # req_id -> prompt positions whose logprobs were reported; survives preemption so recompute does not
         # report them twice
         self._prompt_logprobs_done: dict[str, int] = {}
-        self.batch = InputBatch(max_num_reqs, max_model_len, self.block_size, len(plan.config.groups), str(device))
+        num_groups = len(plan.config.groups)
+        self.batch = InputBatch(max_num_reqs, max_model_len, self.block_size, num_groups, str(device))
+        self.buffers = StepBuffers(
+            max(max_num_tokens, max_num_reqs), max_num_reqs, self.batch.max_blocks_per_req, num_groups, self.device
+        )
+        self.decode: PaddedDecode | None = None
+        if decode_mode != "eager":
+            sizes = capture_sizes(min(max_graph_batch or max_num_reqs, max_num_reqs))
+            graphs = CudaGraphDecode if decode_mode == "cuda_graphs" else PaddedDecode
+            self.decode = graphs(self.model, self.buffers, sizes, max_model_len)
+
+    def capture_graphs(self) -> None:
+        """Capture the decode graphs (after the KV cache is allocated; a no-op unless they are on)."""
+        if isinstance(self.decode, CudaGraphDecode):
+            with torch.inference_mode():
+                self.decode.capture()
 
     # --- state updates ------------------------------------------------------------------------------------
 
@@ -94,55 +127,73 @@ class ModelRunner:
             self.backend.copy_blocks([k for k, _ in self.kv_caches], [v for _, v in self.kv_caches], mapping)
 
     def _prepare_inputs(self, num_scheduled_tokens: dict[str, int]) -> StepInputs:
-        batch = self.batch
+        batch, buffers = self.batch, self.buffers
+        buffers.begin_step()
         req_ids = list(num_scheduled_tokens)
-        rows = np.fromiter((batch.rows[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
-        q_lens = np.fromiter((num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=len(req_ids))
-        query_start_loc = np.zeros(len(req_ids) + 1, dtype=np.int64)
+        num_reqs = len(req_ids)
+        rows = np.fromiter((batch.rows[r] for r in req_ids), dtype=np.int64, count=num_reqs)
+        q_lens = np.fromiter((num_scheduled_tokens[r] for r in req_ids), dtype=np.int64, count=num_reqs)
+        query_start_loc = np.zeros(num_reqs + 1, dtype=np.int64)
         np.cumsum(q_lens, out=query_start_loc[1:])
         num_tokens = int(query_start_loc[-1])
+        if num_tokens > buffers.max_num_tokens:
+            raise ValueError(f"step schedules {num_tokens} tokens, the runner holds at most {buffers.max_num_tokens}")
         starts = batch.num_computed_tokens[rows]
         seq_lens = starts + q_lens
         if np.any(seq_lens > batch.num_tokens[rows]):
             bad = req_ids[int(np.argmax(seq_lens > batch.num_tokens[rows]))]
             raise ValueError(f"request {bad!r} is scheduled past its known tokens")
         token_rows = np.repeat(rows, q_lens)
-        positions = np.repeat(starts - query_start_loc[:-1], q_lens) + np.arange(num_tokens)
-        input_ids = batch.token_ids[token_rows, positions]
+        positions = buffers.positions.host[:num_tokens]
+        positions[:] = np.repeat(starts - query_start_loc[:-1], q_lens) + np.arange(num_tokens)
+        buffers.input_ids.host[:num_tokens] = batch.token_ids[token_rows, positions]
         max_seq_len = int(seq_lens.max())
         blocks_needed = -(-max_seq_len // self.block_size)
         block_index, offset = positions // self.block_size, positions % self.block_size
-        slot_mappings, block_tables = [], []
-        for table in batch.block_tables:
+        groups = zip(batch.block_tables, buffers.slot_mappings, buffers.block_tables, strict=True)
+        for table, slots, step_table in groups:
             block_ids = table[token_rows, block_index].astype(np.int64)
-            slots = np.where(block_ids > 0, block_ids * self.block_size + offset, -1)
-            slot_mappings.append(torch.from_numpy(slots).to(self.device))
-            block_tables.append(torch.from_numpy(table[rows, :blocks_needed]).to(self.device))
+            slots.host[:num_tokens] = np.where(block_ids > 0, block_ids * self.block_size + offset, -1)
+            step_table.host[:num_reqs, :blocks_needed] = table[rows, :blocks_needed]
+        buffers.query_start_loc.host[: num_reqs + 1] = query_start_loc
+        buffers.seq_lens.host[:num_reqs] = seq_lens
         sampling = seq_lens >= batch.num_tokens[rows]
-        metadata = AttentionMetadata(
-            num_tokens=num_tokens,
-            query_start_loc=torch.from_numpy(query_start_loc.astype(np.int32)).to(self.device),
-            seq_lens=torch.from_numpy(seq_lens.astype(np.int32)).to(self.device),
-            max_query_len=int(q_lens.max()),
-            max_seq_len=max_seq_len,
-            block_tables=block_tables,
-            slot_mappings=slot_mappings,
-        )
+        num_sampling = int(sampling.sum())
+        buffers.logits_indices.host[:num_sampling] = query_start_loc[1:][sampling] - 1
+        max_query_len = int(q_lens.max())
+        graph_size = self.decode.size_for(num_reqs) if self.decode is not None and max_query_len == 1 else None
+        metadata = None
+        if graph_size is not None:
+            pad_decode_inputs(buffers, num_reqs, graph_size)
+            buffers.upload(graph_size, graph_size, num_sampling)
+        else:
+            buffers.upload(num_tokens, num_reqs, num_sampling)
+            metadata = buffers.metadata(num_tokens, num_reqs, max_query_len, max_seq_len, blocks_needed)
         return StepInputs(
-            input_ids=torch.from_numpy(input_ids).to(self.device),
-            positions=torch.from_numpy(positions).to(self.device),
             metadata=metadata,
+            graph_size=graph_size,
+            num_tokens=num_tokens,
             req_ids=req_ids,
-            logits_indices=torch.from_numpy(query_start_loc[1:][sampling] - 1).to(self.device),
+            logits_indices=buffers.logits_indices.device[:num_sampling],
             sample_rows=rows[sampling],
             query_start_loc=query_start_loc,
             positions_np=positions,
         )
 
+    def _forward(self, inputs: StepInputs) -> torch.Tensor:
+        if inputs.graph_size is not None:
+            assert self.decode is not None
+            return self.decode.run(inputs.graph_size)
+        assert inputs.metadata is not None
+        n, buffers = inputs.num_tokens, self.buffers
+        return self.model(buffers.input_ids.device[:n], buffers.positions.device[:n], inputs.metadata)
+
     # --- the step -----------------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput) -> ModelRunnerOutput:
+        clock = StepClock()
+        self.last_phases = clock.phases
         result = ModelRunnerOutput()
         self._update_states(out, result.failed)
         scheduled = out.num_scheduled_tokens
@@ -151,14 +202,28 @@ class ModelRunner:
         if not scheduled:
             return result
         inputs = self._prepare_inputs(scheduled)
-        hidden = self.model(inputs.input_ids, inputs.positions, inputs.metadata)
+        clock.lap("prepare")
+        if self.timed_attention is not None:
+            self.timed_attention.seconds = 0.0
+        hidden = self._forward(inputs)
+        clock.lap("model")
+        if self.timed_attention is not None:
+            clock.phases["model"] -= self.timed_attention.seconds
+            clock.phases["attention"] = self.timed_attention.seconds
+        try:
+            self._sample(inputs, hidden, result)
+        finally:
+            clock.lap("sample")
+        return result
+
+    def _sample(self, inputs: StepInputs, hidden: torch.Tensor, result: ModelRunnerOutput) -> None:
         for req_id in inputs.req_ids:
             result.sampled_token_ids[req_id] = []
         self._prompt_logprobs(inputs, hidden, result)
         states = [self.batch.states[int(row)] for row in inputs.sample_rows]
         live = [i for i, state in enumerate(states) if state is not None and state.req_id not in result.failed]
         if not live:
-            return result
+            return
 
         def sample(positions: Sequence[int]) -> list[tuple[int, Logprobs | None]]:
             # Logits are computed here, not reused from a failed attempt: the sampler edits them in place.
@@ -183,7 +248,6 @@ class ModelRunner:
             result.sampled_token_ids[state.req_id] = [token]
             if row_logprobs is not None:
                 result.logprobs[state.req_id] = [row_logprobs]
-        return result
 
     def _prompt_logprobs(self, inputs: StepInputs, hidden: torch.Tensor, result: ModelRunnerOutput) -> None:
         """Logprobs of the prompt tokens this step's chunks predict, for requests that asked. Entry ``j`` of a

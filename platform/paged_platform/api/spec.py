@@ -8,99 +8,25 @@ pydantic alike.
 
 from __future__ import annotations
 
-import posixpath
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from paged_platform.api.base import ApiModel, IntOrPercent, Quantity, cel
+from paged_platform.api.model_source import DNS_SUBDOMAIN_PATTERN, ModelSource, SecretKeyRef, SecretRef
 
-DEFAULT_MODEL = "default"
-DEFAULT_MODEL_SERVED_NAME = "gemma-3-270m"
 DEFAULT_ENGINE_IMAGE = "ghcr.io/paged/paged-engine:0.1.0"
 #: `paged-router` ships in the operator image (the platform package without torch).
 DEFAULT_ROUTER_IMAGE = "ghcr.io/paged/paged-operator:0.1.0"
-
-# A Hugging Face-style id ("org/name"), the built-in default, or an absolute path inside model.volume.
-MODEL_NAME_PATTERN = r"^(default|/[^\s]+|[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+)$"
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-SERVED_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
-# An absolute directory without a trailing slash ("/models"), so "<mountPath>/" prefixes the files under it.
-MOUNT_PATH_PATTERN = r"^(/[^/\s]+)+$"
 RESOURCE_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+#: Pod volumes the operator names itself (``pod.volumes`` may not reuse them).
+RESERVED_VOLUMES = ("model", "model-cache", "cache", "tmp", "dshm")
 
 
 def _sub(model: type[ApiModel]) -> Any:
     """A nested object defaulted to its own defaults, spelled out in the schema too: the API server checks a
     default against the object's CEL rules without filling in the nested defaults first, so `{}` is refused."""
     return Field(default_factory=model, json_schema_extra={"default": model().to_wire()})
-
-
-class ModelVolume(ApiModel):
-    """A PersistentVolumeClaim mounted into every replica: the weights for a path model, the download cache
-    for a Hugging Face id."""
-
-    claim_name: str = Field(max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
-    """Name of the PersistentVolumeClaim, in the ModelDeployment's namespace."""
-    mount_path: str = Field("/models", max_length=1024, pattern=MOUNT_PATH_PATTERN)
-    """Where the claim is mounted in the engine container."""
-    read_only: bool | None = None
-    """Mount read-only; unset means read-only for a path model and writable for a Hugging Face cache."""
-
-
-class ModelSource(ApiModel):
-    """The model every replica serves."""
-
-    name: str = Field(DEFAULT_MODEL, max_length=1024, pattern=MODEL_NAME_PATTERN)
-    """`default` (the built-in Gemma 3 270M, needs no volume), a Hugging Face id like `Qwen/Qwen2.5-0.5B`,
-    or an absolute path under `volume.mountPath`."""
-    served_name: str | None = Field(None, max_length=253, pattern=SERVED_NAME_PATTERN)
-    """The `model` clients send in OpenAI requests; unset means derived from `name`."""
-    volume: ModelVolume | None = None
-    """Required for a path; optional cache for a Hugging Face id (without one, an emptyDir is used)."""
-
-    @property
-    def is_path(self) -> bool:
-        return self.name.startswith("/")
-
-    @property
-    def is_default(self) -> bool:
-        return self.name == DEFAULT_MODEL
-
-    @property
-    def resolved_served_name(self) -> str:
-        if self.served_name:
-            return self.served_name
-        if self.is_default:
-            return DEFAULT_MODEL_SERVED_NAME
-        return posixpath.basename(self.name.rstrip("/"))
-
-    @property
-    def volume_read_only(self) -> bool:
-        if self.volume is None or self.volume.read_only is None:
-            return self.is_path
-        return self.volume.read_only
-
-    @cel(
-        "!self.name.startsWith('/') || has(self.volume)",
-        "model.name is a path, so model.volume must name the PersistentVolumeClaim that holds it",
-    )
-    def _path_needs_volume(self) -> bool:
-        return not self.is_path or self.volume is not None
-
-    @cel(
-        "!self.name.startsWith('/') || !has(self.volume) || self.name.startsWith(self.volume.mountPath + '/')",
-        "model.name must be a path under model.volume.mountPath",
-    )
-    def _path_under_mount(self) -> bool:
-        return not self.is_path or self.volume is None or self.name.startswith(self.volume.mount_path + "/")
-
-    @cel(
-        "self.name != 'default' || !has(self.volume)",
-        "the default model is built into the engine image and takes no model.volume",
-    )
-    def _default_has_no_volume(self) -> bool:
-        return not self.is_default or self.volume is None
 
 
 class EngineSpec(ApiModel):
@@ -311,6 +237,59 @@ class RouterSpec(ApiModel):
     image: str = Field(DEFAULT_ROUTER_IMAGE, min_length=1, max_length=512)
 
 
+class NamedObject(ApiModel):
+    """A Kubernetes object passed through as written (a Volume, a VolumeMount): only its `name` is read here, the
+    API server checks the rest when the Deployment is applied."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=253)
+
+
+class PodSettings(ApiModel):
+    """What the engine pods get besides what the operator sets: passed through to the pod template as written.
+
+    The operator's own settings win where both name the same thing (the selector labels, the engine's ports).
+    Free-form entries (`env`, `volumes`, ...) are Kubernetes' own types and are checked by the API server when
+    the Deployment is applied; a refusal shows in the ModelDeployment's events.
+    """
+
+    annotations: dict[str, str] = Field(default_factory=dict, json_schema_extra={"default": {}})
+    labels: dict[str, str] = Field(default_factory=dict, json_schema_extra={"default": {}})
+    env: list[dict[str, Any]] = Field(default_factory=list, max_length=256, json_schema_extra={"default": []})
+    """Environment variables of the engine (and the model download) container, as in a Pod spec."""
+    env_from: list[dict[str, Any]] = Field(default_factory=list, max_length=64, json_schema_extra={"default": []})
+    image_pull_secrets: list[SecretRef] = Field(default_factory=list, max_length=32,
+                                                json_schema_extra={"default": []})  # fmt: skip
+    """Secrets holding credentials for a private registry (`[{name: regcred}]`, as in a Pod spec)."""
+    service_account_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    runtime_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    """Like `nvidia`, where the GPU runtime is a RuntimeClass."""
+    priority_class_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    topology_spread_constraints: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=16, json_schema_extra={"default": []}
+    )
+    volumes: list[NamedObject] = Field(default_factory=list, max_length=64, json_schema_extra={"default": []})
+    """Extra pod volumes; mount them with `volumeMounts`."""
+    volume_mounts: list[NamedObject] = Field(default_factory=list, max_length=64, json_schema_extra={"default": []})
+    """Extra mounts in the engine container."""
+    shm_size: Quantity = "1Gi"
+    """Size of `/dev/shm` (a memory-backed emptyDir; counts against the pod's memory)."""
+
+    @cel(f"self.volumes.all(v, !(v.name in {list(RESERVED_VOLUMES)}))",
+         "pod.volumes: the names model, model-cache, cache, tmp and dshm are the operator's own")  # fmt: skip
+    def _own_volume_names(self) -> bool:
+        return not any(v.name in RESERVED_VOLUMES for v in self.volumes)
+
+
+class AuthSpec(ApiModel):
+    """Access to the OpenAI-compatible API."""
+
+    api_key_secret_ref: SecretKeyRef | None = None
+    """A Secret key holding the API key clients send as `Authorization: Bearer KEY`; unset means no key. The key
+    reaches the engine as an environment variable from the Secret, never through the ConfigMap or arguments."""
+
+
 class ModelDeploymentSpec(ApiModel):
     """A model served by a set of engine replicas that the operator sizes and tunes."""
 
@@ -323,3 +302,5 @@ class ModelDeploymentSpec(ApiModel):
     rollout: RolloutSpec = _sub(RolloutSpec)
     service: ServiceSpec = _sub(ServiceSpec)
     router: RouterSpec = _sub(RouterSpec)
+    pod: PodSettings = _sub(PodSettings)
+    auth: AuthSpec = _sub(AuthSpec)

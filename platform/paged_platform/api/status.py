@@ -24,6 +24,9 @@ class ConditionType(StrEnum):
     """A rollout or a scale change is under way."""
     DEGRADED = "Degraded"
     """Replicas are failing (crash loops, unschedulable, engine not healthy)."""
+    MODEL_READY = "ModelReady"
+    """The model is on the pods' disk: downloaded by the init container, or read from a volume or image. False
+    says why a download fails (`ModelGated`, `ModelNotFound`, `DiskFull`, ...) or that it is under way."""
     SCALING_LIMITED = "ScalingLimited"
     """The autoscaler wants a count it cannot have; the reason says which limit."""
 
@@ -119,6 +122,8 @@ class ModelDeploymentStatus(ApiModel):
     """Label selector of the engine pods, in string form (the `scale` subresource's selector)."""
     endpoint: str | None = None
     """In-cluster base URL of the OpenAI-compatible API."""
+    model: str | None = Field(None, max_length=2048)
+    """The model source in one line (`huggingFace org/name@main`, `s3://bucket/prefix/`, ...)."""
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,

@@ -48,7 +48,7 @@ PRINTER_COLUMNS = [
         "description": "Average KV-cache usage per replica (0-1)",
     },
     {"name": "Status", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
-    {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
+    {"name": "Model", "type": "string", "jsonPath": ".status.model", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -1,0 +1,111 @@
+"""Which instruction-set variant of the panel GEMM serves ``auto``: the faster one on this CPU, measured once.
+
+Wider vectors are not faster everywhere: AVX-512 doubles the multiply-adds per instruction, which pays on CPUs
+with two 512-bit FMA pipes, while Zen 4 issues each 512-bit FMA as two halves. So ``auto`` times the variants on a
+weight larger than the caches (the decode-step shape, where serving spends its time) at one and 32 rows,
+alternating them, and keeps AVX2 unless the wider variant is clearly faster (``fastest``). The choice is cached
+per CPU model, flags and kernel build in ``~/.cache/paged/cpu_tune.json`` (``PAGED_CACHE``), so later starts
+cost nothing, and logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from paged_engine.attention._build import CACHE_ROOT
+from paged_engine.attention.cpu_info import cpu_model_and_flags
+
+log = logging.getLogger(__name__)
+
+TUNE_FILE = CACHE_ROOT.parent / "cpu_tune.json"
+TUNE_ROWS = (1, 32)
+TUNE_REPEATS = 9
+MARGIN = 0.05
+
+
+def fastest(seconds: dict[str, list[float]]) -> str:
+    """The first listed variant (the narrower, more widely tested one) unless another's best call is faster by
+    more than ``MARGIN``. Best calls, not medians: a busy neighbour only ever adds time, so the minimum is the
+    figure least disturbed by it, and the margin keeps noise from flipping the choice."""
+    first, *others = seconds
+    best = {name: min(times) for name, times in seconds.items()}
+    challenger = min(others, key=best.__getitem__, default=first)
+    return challenger if best[challenger] < best[first] * (1 - MARGIN) else first
+
+
+def measure(
+    candidates: Sequence[str], run: Callable[[str], None], repeats: int = TUNE_REPEATS
+) -> dict[str, list[float]]:
+    """Seconds per call of ``run(variant)``, variants alternating so a busy neighbour slows all alike."""
+    for name in candidates:
+        run(name)  # warm-up: first touch of the strips and tiles
+    seconds: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(repeats):
+        for name in candidates:
+            start = time.perf_counter()
+            run(name)
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def tune_key(kernel_path: Path) -> str:
+    model, flags = cpu_model_and_flags()
+    return f"{model}|{' '.join(flags)}|{kernel_path.parent.name}"
+
+
+def choose_panel_isa(candidates: Sequence[str], kernel_path: Path, tune_file: Path = TUNE_FILE) -> str:
+    """The faster of ``candidates`` for the panel GEMM, from the cache or measured now (and cached)."""
+    if len(candidates) == 1:
+        return candidates[0]
+    key = tune_key(kernel_path)
+    cache = _read(tune_file)
+    entry = cache.get(key)
+    if entry and entry.get("isa") in candidates:
+        return entry["isa"]
+    seconds = measure(candidates, _panel_gemm_runner())
+    choice = fastest(seconds)
+    best = {name: round(min(s) * 1e3, 3) for name, s in seconds.items()}
+    log.info("CPU kernels: measured the panel GEMM per instruction set (best ms per call: %s); using %s", best, choice)
+    cache[key] = {"isa": choice, "ms": best, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    _write(tune_file, cache)
+    return choice
+
+
+def _panel_gemm_runner() -> Callable[[str], None]:
+    import torch
+
+    from paged_engine.attention import ops
+
+    gen = torch.Generator().manual_seed(0)
+    panels = ops.pack_linear_weight(torch.randn(16384, 640, generator=gen))  # 40 MiB: past any L3 share
+    inputs = [torch.randn(rows, 640, generator=gen) for rows in TUNE_ROWS]
+
+    def run(isa: str) -> None:
+        ops.set_cpu_isa(isa)
+        for x in inputs:
+            ops.panel_linear(x, panels, 16384)
+
+    return run
+
+
+def _read(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write(path: Path, cache: dict) -> None:
+    """Atomically (a temporary file renamed over it), so a concurrent start never reads half a file."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        tmp.replace(path)
+    except OSError as exc:  # a read-only cache only costs a measurement at the next start
+        log.warning("could not cache the CPU tuning in %s: %s", path, exc)

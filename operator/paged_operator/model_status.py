@@ -1,0 +1,88 @@
+"""Pure: the ``ModelReady`` condition, from the engine pods' model-download init containers.
+
+The init container (``model_mounts``) writes ``Reason: message`` to its termination message when a download
+fails (``ModelGated: acme/llama is a gated model: ...``), so a gated model without a token reads as
+``ModelGated`` here, not as a crash loop. The rules, over the pods that exist:
+
+* a pod whose download failed (now or in its last attempt): False, with that pod's reason and message;
+* else a pod whose init container waits on something the kubelet reports (the token Secret is missing:
+  ``CreateContainerConfigError``; the image cannot be pulled): False, with the kubelet's reason;
+* else a pod downloading: False, ``Downloading``;
+* else every pod past its download: True, ``Downloaded``;
+* no pods: Unknown. A source with nothing to download (a path, an image, the built-in model) is True.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from paged_platform.api import ModelDeployment
+
+from paged_operator.model_mounts import DOWNLOAD_CONTAINER, model_mounts
+from paged_operator.status_builder import ConditionValue
+
+_REASON = re.compile(r"^([A-Z][A-Za-z]+): (.*)$", re.DOTALL)
+#: The kubelet's waiting reasons that are not failures (it is only getting there).
+_STARTING = frozenset({"PodInitializing", "ContainerCreating"})
+
+
+def _download_status(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    return next((s for s in statuses if s.get("name") == DOWNLOAD_CONTAINER), None)
+
+
+def failure(terminated: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """``(reason, message)`` of a failed download attempt, from its termination message."""
+    if not terminated or terminated.get("exitCode", 0) == 0:
+        return None
+    text = (terminated.get("message") or "").strip()
+    lines = [line.removeprefix("error: ") for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):  # FallbackToLogsOnError may give a log tail: the last reason line wins
+        if match := _REASON.match(line):
+            return match.group(1), match.group(2)
+    return "DownloadFailed", text[-512:] or f"exit code {terminated.get('exitCode')}"
+
+
+def model_ready(md: ModelDeployment, pods: Iterable[Mapping[str, Any]]) -> ConditionValue:
+    if model_mounts(md).download is None:
+        return ConditionValue("True", "NoDownload", f"served from {md.spec.model.describe()}")
+    pods = list(pods)
+    if not pods:
+        return ConditionValue("Unknown", "NoPods", "no engine pod exists yet")
+    failed: list[tuple[str, str, str]] = []
+    waiting: list[tuple[str, str, str]] = []
+    running: list[str] = []  # the downloads' start times
+    done = 0
+    for pod in pods:
+        name = (pod.get("metadata") or {}).get("name", "?")
+        status = _download_status(pod)
+        if status is None:
+            waiting.append((name, "Pending", "the pod has not started its containers"))
+            continue
+        state, last = status.get("state") or {}, status.get("lastState") or {}
+        if (why := failure(state.get("terminated")) or failure(last.get("terminated"))) is not None:
+            failed.append((name, *why))
+        elif (state.get("terminated") or {}).get("exitCode") == 0:
+            done += 1
+        elif "running" in state:
+            running.append((state.get("running") or {}).get("startedAt") or "")
+        elif (reason := (state.get("waiting") or {}).get("reason")) and reason not in _STARTING:
+            waiting.append((name, reason, (state.get("waiting") or {}).get("message") or reason))
+        else:
+            waiting.append((name, "Pending", "the download has not started"))
+    source = md.spec.model.describe()
+    if failed:
+        name, reason, message = failed[0]
+        return ConditionValue("False", reason, f"downloading {source} failed in pod {name}: {message}")
+    stuck = [w for w in waiting if w[1] != "Pending"]
+    if stuck:
+        name, reason, message = stuck[0]
+        return ConditionValue("False", reason, f"pod {name} cannot start the download of {source}: {message}")
+    if running:
+        since = f" (since {min(running)})" if any(running) else ""
+        return ConditionValue("False", "Downloading", f"{len(running)} of {len(pods)} pods downloading {source}{since}")
+    if done == len(pods):
+        return ConditionValue("True", "Downloaded", f"{source} is on every pod's cache volume")
+    return ConditionValue("False", "Pending", f"{len(pods) - done} of {len(pods)} pods have not downloaded {source}")
