@@ -42,7 +42,7 @@ from .nodeconfig import (
 )
 from .nodenet import NodeNetwork, processes_in_netns
 from .oci import single_binary_image
-from .processes import ProcessError, ProcessGroup
+from .processes import ProcessGroup
 
 SETUP_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "node_setup.sh"
 CNI_BIN_DIRS = ("/usr/lib/cni", "/opt/cni/bin")
@@ -364,4 +364,4 @@ def _service_routes(plane: ControlPlane) -> bool:
     return response.status_code == 200
 
 
-__all__ = ["NODE_SELECTOR", "TOLERATIONS", "ProcessError", "RealNode", "start_real_node"]
+__all__ = ["NODE_SELECTOR", "TOLERATIONS", "RealNode", "ensure_node_packages", "start_real_node"]
