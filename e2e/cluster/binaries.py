@@ -7,10 +7,12 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 BUILD_SCRIPT = Path(__file__).with_name("build.sh")
 COMPONENTS = ("kubernetes", "etcd", "kwok", "helm", "promtool")
+#: The real node's binaries: built only for sessions that start the node.
+NODE_COMPONENTS = ("kubernetes-node", "coredns", "pause")
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,15 @@ class Binaries:
     kwok_stages: Path
     helm: Path
     promtool: Path
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    kubelet: Path
+    kube_proxy: Path
+    kubectl: Path
+    coredns: Path
+    pause: Path
 
 
 def parse_build_output(text: str) -> dict[str, Path]:
@@ -39,9 +50,21 @@ def parse_build_output(text: str) -> dict[str, Path]:
 def ensure_binaries(progress: TextIO | None = None) -> Binaries:
     """Build whatever is missing (a no-op when all pinned binaries are cached) and return their paths. Build progress
     goes to ``progress`` (default stderr): a cold build takes tens of minutes on two cores."""
+    return _build(Binaries, COMPONENTS, progress)
+
+
+def ensure_node_binaries(progress: TextIO | None = None) -> NodeBinaries:
+    """The real node's binaries, built like ``ensure_binaries`` (a few minutes cold with a warm module cache)."""
+    return _build(NodeBinaries, NODE_COMPONENTS, progress)
+
+
+B = TypeVar("B", Binaries, NodeBinaries)
+
+
+def _build(kind: type[B], components: tuple[str, ...], progress: TextIO | None) -> B:
     stream = progress if progress is not None else sys.stderr
     proc = subprocess.Popen(
-        ["bash", str(BUILD_SCRIPT), *COMPONENTS],
+        ["bash", str(BUILD_SCRIPT), *components],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -60,6 +83,6 @@ def ensure_binaries(progress: TextIO | None = None) -> Binaries:
     if missing:
         raise RuntimeError(f"{BUILD_SCRIPT} reported binaries that do not exist: {', '.join(missing)}")
     try:
-        return Binaries(**{name.replace("-", "_"): path for name, path in paths.items()})
+        return kind(**{name.replace("-", "_"): path for name, path in paths.items()})
     except TypeError as exc:
         raise RuntimeError(f"{BUILD_SCRIPT} reported {sorted(paths)}, not the expected binaries: {exc}") from exc

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Builds the local Kubernetes testbed's binaries from Go modules at the versions pinned in versions.env:
-# kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok, helm and promtool.
+# kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok, helm and promtool; for the real node, kubelet,
+# kube-proxy, kubectl, CoreDNS and a pause binary (components kubernetes-node, coredns and pause, built only when
+# asked for).
 #
 # Each component lands in its own version-keyed folder under $PAGED_K8S_CACHE (default ~/.cache/paged/k8s),
 # e.g. ~/.cache/paged/k8s/kubernetes-v1.36.3/kube-apiserver. A component whose binaries are already there is
 # not rebuilt, so a second run builds nothing. Progress goes to stderr; stdout gets one `name=path` line per
 # binary, which the pytest fixtures read.
 #
-# Usage: e2e/cluster/build.sh [component ...]   (components: kubernetes etcd kwok helm promtool; default all)
+# Usage: e2e/cluster/build.sh [component ...]
+#   (components: kubernetes kubernetes-node coredns pause etcd kwok helm promtool; default: the control plane's five)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
@@ -28,7 +31,7 @@ log() { echo "[k8s-build] $*" >&2; }
 # recipe COMPONENT : a digest of how the component is built (its build function's text, the global Go settings),
 # so editing a recipe rebuilds that component even though its version did not change.
 recipe() {
-  { declare -f "build_$1"; echo "$GOFLAGS $CGO_ENABLED $(go env GOVERSION)"; } | sha256sum | cut -c1-16
+  { declare -f "build_${1//-/_}"; echo "$GOFLAGS $CGO_ENABLED $(go env GOVERSION)"; } | sha256sum | cut -c1-16
 }
 
 # have COMPONENT DIR BIN... : true when every binary is present and was built by the current recipe.
@@ -91,6 +94,67 @@ build_kubernetes() {
   fetch "$work" "${pkgs[@]/%/@$v}"
   (cd "$work" && nice -n 10 go build -trimpath -ldflags "$ldflags" -o bin/ "${pkgs[@]}")
   finish kubernetes "$work/bin" "$dest"
+  rm -rf "$work"
+}
+
+# kubernetes_commands WORK VERSION BIN... : build k8s.io/kubernetes/cmd/BIN at VERSION in the wrapper module WORK,
+# into WORK/bin. k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with ./staging paths,
+# which a dependency cannot use: each is replaced with its published v0.<minor>.<patch>, read from the release's go.mod.
+kubernetes_commands() {
+  local work="$1" v="$2" gomod staging staging_version="v0.${2#v1.}" replaces=() pkgs=() b
+  shift 2
+  gomod="$(cd "$work" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  while read -r staging; do
+    replaces+=("-replace=$staging=$staging@$staging_version")
+  done < <(sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$gomod")
+  [ "${#replaces[@]}" -gt 0 ] || { log "no staging replaces found in $gomod"; exit 1; }
+  (cd "$work" && go mod edit "${replaces[@]}" -require="k8s.io/kubernetes@$v")
+  for b in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  local ver_pkg=k8s.io/component-base/version minor="${v#v1.}"
+  minor="${minor%%.*}"
+  local ldflags="-s -w -X $ver_pkg.gitVersion=$v -X $ver_pkg.gitMajor=1 -X $ver_pkg.gitMinor=$minor"
+  ldflags+=" -X $ver_pkg.gitTreeState=clean -X $ver_pkg.buildDate=1970-01-01T00:00:00Z"
+  fetch "$work" "${pkgs[@]/%/@$v}"
+  (cd "$work" && nice -n 10 go build -trimpath -ldflags "$ldflags" -o bin/ "${pkgs[@]}")
+}
+
+# The real node's Kubernetes binaries, at the control plane's version: kubelet, kube-proxy, and kubectl for the
+# tests that run what a user runs. A folder of their own, so the control plane's binaries are not rebuilt.
+build_kubernetes_node() {
+  local dest="$cache/kubernetes-node-$KUBERNETES_VERSION" work bins=(kubelet kube-proxy kubectl)
+  have kubernetes-node "$dest" "${bins[@]}" && return 0
+  log "building Kubernetes $KUBERNETES_VERSION node binaries (${bins[*]})"
+  work="$(mktemp -d "$cache/.work-kubernetes-node.XXXXXX")"
+  wrapper_module "$work"
+  kubernetes_commands "$work" "$KUBERNETES_VERSION" "${bins[@]}"
+  finish kubernetes-node "$work/bin" "$dest"
+  rm -rf "$work"
+}
+
+# CoreDNS, the cluster DNS the real node's pods resolve Service names with; run as a test-bed process.
+build_coredns() {
+  local v="$COREDNS_VERSION" dest="$cache/coredns-$COREDNS_VERSION" work
+  have coredns "$dest" coredns && return 0
+  log "building CoreDNS $v"
+  work="$(mktemp -d "$cache/.work-coredns.XXXXXX")"
+  wrapper_module "$work"
+  fetch "$work" "github.com/coredns/coredns@$v"
+  (cd "$work" && nice -n 10 go build -trimpath -ldflags "-s -w" -o bin/coredns github.com/coredns/coredns)
+  finish coredns "$work/bin" "$dest"
+  rm -rf "$work"
+}
+
+# The real node's pod sandbox binary (pause/main.go, this repository's own): static, so its image needs no base.
+build_pause() {
+  local dest="$cache/pause-$(sha256sum "$here/pause/main.go" | cut -c1-12)" work
+  have pause "$dest" pause && return 0
+  log "building the pause binary"
+  work="$(mktemp -d "$cache/.work-pause.XXXXXX")"
+  wrapper_module "$work"
+  cp "$here/pause/main.go" "$work/"
+  mkdir -p "$work/bin"
+  (cd "$work" && nice -n 10 go build -trimpath -ldflags "-s -w" -o bin/pause .)
+  finish pause "$work/bin" "$dest"
   rm -rf "$work"
 }
 
@@ -168,6 +232,10 @@ report() {
   case "$1" in
     kubernetes) local b; for b in kube-apiserver kube-controller-manager kube-scheduler; do
         echo "$b=$cache/kubernetes-$KUBERNETES_VERSION/$b"; done ;;
+    kubernetes-node) local b; for b in kubelet kube-proxy kubectl; do
+        echo "$b=$cache/kubernetes-node-$KUBERNETES_VERSION/$b"; done ;;
+    coredns) echo "coredns=$cache/coredns-$COREDNS_VERSION/coredns" ;;
+    pause) echo "pause=$cache/pause-$(sha256sum "$here/pause/main.go" | cut -c1-12)/pause" ;;
     etcd) echo "etcd=$cache/etcd-$ETCD_VERSION/etcd" ;;
     kwok) echo "kwok=$cache/kwok-$KWOK_VERSION/kwok"; echo "kwok-stages=$cache/kwok-$KWOK_VERSION/stages.yaml" ;;
     helm) echo "helm=$cache/helm-$HELM_VERSION/helm" ;;
@@ -179,8 +247,9 @@ components=("$@")
 [ "${#components[@]}" -gt 0 ] || components=(kubernetes etcd kwok helm promtool)
 for c in "${components[@]}"; do
   case "$c" in
-    kubernetes | etcd | kwok | helm | promtool) ;;
-    *) echo "unknown component '$c' (choose from: kubernetes etcd kwok helm promtool)" >&2; exit 2 ;;
+    kubernetes | kubernetes-node | coredns | pause | etcd | kwok | helm | promtool) ;;
+    *) echo "unknown component '$c' (choose from: kubernetes kubernetes-node coredns pause etcd kwok helm promtool)" >&2
+      exit 2 ;;
   esac
 done
 
@@ -193,7 +262,7 @@ fi
 rm -rf "$cache"/.work-*
 for c in "${components[@]}"; do
   start=$SECONDS
-  "build_$c"
+  "build_${c//-/_}"
   [ $((SECONDS - start)) -lt 2 ] || log "$c built in $((SECONDS - start)) s"
   report "$c"
 done

@@ -1,8 +1,12 @@
 """Start and stop a real control plane on 127.0.0.1: etcd, kube-apiserver (TLS, token auth, RBAC),
-kube-controller-manager, kube-scheduler and kwok with fake nodes whose pods get loopback IPs."""
+kube-controller-manager, kube-scheduler and kwok with fake nodes whose pods get loopback IPs.
+
+With a real node (``node.py``) the API server listens on the host's end of the node's link instead, so that the
+kubelet and pods reach it, and it publishes that address as the ``kubernetes`` Service's endpoint."""
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 import socket
 import ssl
@@ -24,8 +28,13 @@ from .processes import ProcessError, ProcessGroup
 # process that a test starts on a pod's IP is reachable at that IP, as a kubelet's pod would be.
 POD_CIDR_BASE = "127.1"
 NODE_IP = "127.0.0.1"
-# Only written into Service objects: nothing routes there (no kube-proxy), but the API server needs a range.
+# Service ClusterIPs. Without a real node nothing routes there (no kube-proxy); with one, kube-proxy routes them
+# inside the node's network namespace, and the host reaches them through that namespace only.
 SERVICE_CIDR = "10.96.0.0/24"
+# The `kubernetes` Service's ClusterIP (the range's first address), which in-cluster clients dial and verify.
+KUBERNETES_SERVICE_IP = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
+# The real node's name: its kubelet's identity (system:node:<name>) is minted with the control plane's tokens.
+REAL_NODE_NAME = "paged-node"
 # Start-up is retried only when a component lost the race for its port (see free_port).
 START_ATTEMPTS = 2
 
@@ -37,10 +46,21 @@ class ControlPlaneConfig:
     node_memory: str = "256Gi"
     node_pods: int = 110
     start_timeout_s: float = 120.0
+    #: Where the API server listens and what it advertises: loopback for kwok only, the host's address on the real
+    #: node's link when one runs (the kubelet refuses a loopback API server endpoint for pods).
+    address: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= 250:
             raise ValueError(f"nodes={self.nodes}: the test bed supports 1 to 250 fake nodes")
+        try:
+            ipaddress.IPv4Address(self.address)
+        except ValueError as exc:
+            raise ValueError(f"address={self.address!r}: must be an IPv4 address of this machine") from exc
+
+    @property
+    def loopback(self) -> bool:
+        return ipaddress.IPv4Address(self.address).is_loopback
 
 
 @dataclass
@@ -53,6 +73,8 @@ class ControlPlane:
     admin_kubeconfig: Path
     etcd_url: str
     node_names: list[str]
+    #: Credentials of the real node's components (kubelet, kube-proxy, coredns), by component name.
+    component_credentials: dict[str, Credentials] = field(repr=False)
     processes: ProcessGroup = field(repr=False)
     startup_s: float = 0.0
 
@@ -151,7 +173,10 @@ def start_control_plane(binaries: Binaries, workdir: Path, config: ControlPlaneC
 
 def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, processes: ProcessGroup) -> ControlPlane:
     timeout = config.start_timeout_s
-    pki = make_pki(workdir / "pki")
+    address = config.address
+    # Pods dial the API server at the `kubernetes` Service's ClusterIP, or at the advertised address.
+    names = (f"IP:{KUBERNETES_SERVICE_IP}",) if config.loopback else (f"IP:{KUBERNETES_SERVICE_IP}", f"IP:{address}")
+    pki = make_pki(workdir / "pki", extra_names=names)
     ca = pki.ca_cert
 
     etcd_port, etcd_peer_port = free_port(), free_port()
@@ -185,18 +210,22 @@ def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, proces
         "controller-manager": ("system:kube-controller-manager", ""),
         "scheduler": ("system:kube-scheduler", ""),
         "kwok": ("kwok", "system:masters"),
+        # The real node's components (node.py), under the names Kubernetes' bootstrap RBAC expects.
+        "kubelet": (f"system:node:{REAL_NODE_NAME}", "system:nodes"),
+        "kube-proxy": ("system:kube-proxy", ""),
+        "coredns": ("paged-testbed:coredns", ""),
     }
     tokens = {name: secrets.token_hex(16) for name in identities}
     token_file = _token_file(workdir / "tokens.csv", {tokens[n]: identities[n] for n in identities})
 
     api_port = free_port()
-    server = f"https://127.0.0.1:{api_port}"
+    server = f"https://{address}:{api_port}"
     processes.start(
         "kube-apiserver",
         [
             binaries.kube_apiserver,
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
             f"--secure-port={api_port}",
             f"--cert-dir={workdir / 'apiserver-certs'}",
             f"--tls-cert-file={pki.serving_cert}",
@@ -211,9 +240,12 @@ def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, proces
             f"--service-account-signing-key-file={pki.sa_private_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             # The reconciler would publish 127.0.0.1 as the `kubernetes` Service's endpoint, which endpoint
-            # validation rejects as loopback; nothing in the test bed routes through that Service anyway.
-            "--endpoint-reconciler-type=none",
+            # validation rejects as loopback; without a real node nothing routes through that Service anyway.
+            *(["--endpoint-reconciler-type=none"] if config.loopback else []),
             "--allow-privileged=true",
+            # The real node's kubelet registers its name as its Hostname address, which nothing resolves here;
+            # logs, exec and port-forward dial its InternalIP instead.
+            "--kubelet-preferred-address-types=InternalIP",
             "--profiling=false",
         ],
     )
@@ -269,7 +301,8 @@ def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, proces
             binaries.kwok,
             f"--kubeconfig={component_kubeconfig('kwok')}",
             f"--config={binaries.kwok_stages}",
-            "--manage-all-nodes=true",
+            # Only the fake nodes: a real node's status is its kubelet's to write.
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             # Pods on nodes without a podCIDR of their own still get loopback IPs.
             f"--cidr={POD_CIDR_BASE}.255.0/24",
             f"--node-ip={NODE_IP}",
@@ -277,6 +310,10 @@ def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, proces
     )
 
     admin_kubeconfig = admin.write_kubeconfig(workdir / "admin.kubeconfig")
+    node_components = {
+        name: Credentials(server=server, ca_cert=ca, token=tokens[name], user=identities[name][0])
+        for name in ("kubelet", "kube-proxy", "coredns")
+    }
     node_names = [f"kwok-node-{i}" for i in range(config.nodes)]
     with KubeClient(admin) as client:
         for i, name in enumerate(node_names):
@@ -299,6 +336,7 @@ def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, proces
         admin_kubeconfig=admin_kubeconfig,
         etcd_url=etcd_url,
         node_names=node_names,
+        component_credentials=node_components,
         processes=processes,
     )
 

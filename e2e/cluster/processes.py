@@ -91,18 +91,27 @@ class ProcessGroup:
 
         return guarded
 
+    def stop(self, name: str, grace_s: float = 10.0) -> None:
+        """Stop the process started as ``name`` (a no-op when there is none)."""
+        for proc in [p for p in self.processes if p.name == name]:
+            self.processes.remove(proc)
+            _terminate(proc, grace_s)
+
     def stop_all(self, grace_s: float = 10.0) -> None:
         """SIGTERM each process by PID, newest first, then SIGKILL whatever has not exited within ``grace_s``.
         Safe to call more than once."""
         while self.processes:
-            proc = self.processes.pop()
-            if proc.popen.poll() is not None:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.popen.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
-                proc.popen.wait()
+            _terminate(self.processes.pop(), grace_s)
+
+
+def _terminate(proc: ManagedProcess, grace_s: float) -> None:
+    if proc.popen.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.popen.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.popen.wait()

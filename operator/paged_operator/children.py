@@ -44,8 +44,11 @@ SEQS_ENV = "PAGED_MAX_NUM_SEQS"
 TOKENS_ENV = "PAGED_MAX_NUM_BATCHED_TOKENS"
 #: The preStop hook waits this long for in-flight requests; the grace period adds the engine's own shutdown.
 DRAIN_WAIT_S = 60
+#: Before it stops admitting, the preStop drain keeps serving (closing each connection) this long: longer than
+#: uvicorn's 5 s keep-alive timeout, so kube-proxy has dropped the endpoint and no client connection is left here.
+DRAIN_LINGER_S = 6
 SHUTDOWN_GRACE_S = 20
-TERMINATION_GRACE_S = DRAIN_WAIT_S + SHUTDOWN_GRACE_S + 10
+TERMINATION_GRACE_S = DRAIN_LINGER_S + DRAIN_WAIT_S + SHUTDOWN_GRACE_S + 10
 #: A model load may take minutes: the startup probe allows this long before liveness takes over.
 STARTUP_BUDGET_S = 600
 STARTUP_PERIOD_S = 5
@@ -57,7 +60,7 @@ SPEC_BUDGET_ANNOTATION = "paged.dev/spec-budget"
 # Python but no curl; failures are ignored so that a dead engine does not delay its own replacement.
 _DRAIN_SCRIPT = (
     "import os, urllib.request as u\n"
-    "r = u.Request('http://127.0.0.1:{port}/admin/drain?wait_seconds={wait}', method='POST')\n"
+    "r = u.Request('http://127.0.0.1:{port}/admin/drain?wait_seconds={wait}&linger_seconds={linger}', method='POST')\n"
     "t = os.environ.get('{env}')\n"
     "t and r.add_header('Authorization', 'Bearer ' + t)\n"
     "try: u.urlopen(r, timeout={timeout}).read()\n"
@@ -211,7 +214,10 @@ def _http_probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
 def container(md: ModelDeployment) -> dict[str, Any]:
     engine, pod = md.spec.engine, md.spec.pod
     mounts = model_mounts(md)
-    drain = _DRAIN_SCRIPT.format(port=ADMIN_PORT, wait=DRAIN_WAIT_S, env=ADMIN_TOKEN_ENV, timeout=DRAIN_WAIT_S + 5)
+    drain = _DRAIN_SCRIPT.format(
+        port=ADMIN_PORT, wait=DRAIN_WAIT_S, linger=DRAIN_LINGER_S, env=ADMIN_TOKEN_ENV,
+        timeout=DRAIN_LINGER_S + DRAIN_WAIT_S + 5,
+    )  # fmt: skip
     out: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
         "image": engine.image,

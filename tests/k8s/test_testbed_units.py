@@ -166,7 +166,7 @@ def test_start_is_retried_only_after_a_port_clash(tmp_path: Path, monkeypatch: p
         attempts.append(workdir)
         if len(attempts) == 1:
             raise ProcessError("etcd (pid 1) exited with code 1; log tail:\nlisten tcp: bind: address already in use")
-        return ControlPlane(workdir, None, None, workdir / "kc", "http://e", [], processes)  # type: ignore[arg-type]
+        return ControlPlane(workdir, None, None, workdir / "kc", "http://e", [], {}, processes)  # type: ignore[arg-type]
 
     monkeypatch.setattr(controlplane, "_start", clash_once)
     plane = controlplane.start_control_plane(_fake_binaries(), tmp_path)
@@ -197,4 +197,7 @@ def test_start_gives_up_on_other_failures_and_repeated_clashes(tmp_path: Path, m
 def test_build_script_refuses_unknown_components() -> None:
     result = subprocess.run(["bash", str(BUILD_SCRIPT), "etcd", "kubelet"], capture_output=True, text=True, check=False)
     assert result.returncode == 2 and result.stdout == ""
-    assert "unknown component 'kubelet' (choose from: kubernetes etcd kwok helm promtool)" in result.stderr
+    assert (
+        "unknown component 'kubelet' (choose from: kubernetes kubernetes-node coredns pause etcd kwok helm promtool)"
+        in (result.stderr)
+    )

@@ -136,6 +136,28 @@ def test_drain_stops_admission_and_finishes_in_flight(own_server) -> None:  # ty
     assert httpx.get(f"{server.url}/health").status_code == 200  # draining is not dead
 
 
+def test_drain_lingers_admitting_while_closing_every_connection(own_server) -> None:  # type: ignore[no-untyped-def]
+    """A pod's preStop drain: during the linger requests are still served but each response closes its
+    connection (keep-alive clients reconnect through the Service elsewhere); afterwards admission stops."""
+    server = own_server()
+    body = {"model": MODEL_NAME, "prompt": "Hello", "max_tokens": 2}
+    with admin(server) as a, httpx.Client(base_url=server.url, timeout=60) as c:
+        assert c.post("/v1/completions", json=body).headers.get("connection") != "close"
+        drain = threading.Thread(target=lambda: a.post("/admin/drain", params={"linger_seconds": 3}, timeout=30))
+        drain.start()
+        wait_for(lambda: a.get("/admin/drain").json()["closing_connections"])
+        during = c.post("/v1/completions", json=body)
+        assert during.status_code == 200 and during.headers["connection"] == "close"
+        assert httpx.get(f"{server.url}/ready").status_code == 503  # the pod leaves its Service at once
+        drain.join()
+        after = c.post("/v1/completions", json=body)
+        assert after.status_code == 503 and after.headers["connection"] == "close"
+        assert a.delete("/admin/drain").json() == {
+            "draining": False, "in_flight": 0, "drained": False, "closing_connections": False,
+        }  # fmt: skip
+        assert c.post("/v1/completions", json=body).headers.get("connection") != "close"
+
+
 def test_full_waiting_queue_answers_503_with_retry_after(own_server) -> None:  # type: ignore[no-untyped-def]
     server = own_server("--max-num-seqs", "1", "--max-waiting-requests", "2")
     statuses: list[int] = []

@@ -12,6 +12,7 @@ from fastapi import Body, Depends, FastAPI, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
 from paged_engine.server.body_limit import BodySizeLimit
+from paged_engine.server.connection_close import CloseConnectionsWhen
 from paged_engine.server.engine_client import ControlError, EngineClient, EngineDeadError
 from paged_engine.server.errors import APIError, bad_request, install_error_handlers
 from paged_engine.server.metrics import EngineMetrics
@@ -61,6 +62,9 @@ class ServerState:
         self.admin_token = admin_token
         self.serving: Serving | None = None
         self.model_info: dict[str, Any] = {}
+        #: Set when a drain begins (the pod is leaving): responses then close their connections
+        #: (``connection_close``), so keep-alive clients reconnect through the Service to another replica.
+        self.closing_connections = False
 
     def ready_serving(self) -> Serving:
         if self.serving is None:
@@ -84,6 +88,7 @@ def build_app(
     app = FastAPI(title="paged-engine", version="0.1.0", docs_url="/docs", redoc_url=None, lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
+    app.add_middleware(CloseConnectionsWhen, closing=lambda: state.closing_connections)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -112,7 +117,7 @@ def build_app(
             return JSONResponse({"ready": False, "reason": "engine core is dead"}, status_code=503)
         if state.serving is None:
             return JSONResponse({"ready": False, "reason": "loading"}, status_code=503)
-        if state.serving.draining:
+        if state.serving.draining or state.closing_connections:
             return JSONResponse({"ready": False, "reason": "draining"}, status_code=503)
         return JSONResponse({"ready": True})
 
@@ -211,17 +216,28 @@ def add_admin_routes(app: FastAPI, state: ServerState) -> None:
     def drain_state() -> dict[str, Any]:
         draining = state.serving is not None and state.serving.draining
         return {"draining": draining, "in_flight": client.num_in_flight,
-                "drained": draining and client.num_in_flight == 0}  # fmt: skip
+                "drained": draining and client.num_in_flight == 0,
+                "closing_connections": state.closing_connections}  # fmt: skip
 
     @app.get("/admin/drain", dependencies=[admin_auth])
     async def get_drain() -> dict[str, Any]:
         return drain_state()
 
     @app.post("/admin/drain", dependencies=[admin_auth])
-    async def drain(wait_seconds: Annotated[float, Query(ge=0, le=3600)] = 0.0) -> dict[str, Any]:
+    async def drain(
+        wait_seconds: Annotated[float, Query(ge=0, le=3600)] = 0.0,
+        linger_seconds: Annotated[float, Query(ge=0, le=600)] = 0.0,
+    ) -> dict[str, Any]:
         """Stops admitting requests (``/ready`` turns false at once); with ``wait_seconds``, returns when the
-        in-flight requests have finished or the wait is over (a preStop hook uses this)."""
-        state.ready_serving().draining = True
+        in-flight requests have finished or the wait is over (a preStop hook uses this). From the call on, every
+        response closes its connection; with ``linger_seconds`` the server first keeps admitting that long, so
+        that a Service stops routing here and keep-alive clients move elsewhere before admission stops (a pod's
+        preStop lingers longer than the server's keep-alive timeout: see ``connection_close``)."""
+        serving = state.ready_serving()
+        state.closing_connections = True
+        if linger_seconds and not serving.draining:
+            await asyncio.sleep(linger_seconds)
+        serving.draining = True
         deadline = time.monotonic() + wait_seconds
         while client.num_in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
@@ -230,6 +246,7 @@ def add_admin_routes(app: FastAPI, state: ServerState) -> None:
     @app.delete("/admin/drain", dependencies=[admin_auth])
     async def undrain() -> dict[str, Any]:
         state.ready_serving().draining = False
+        state.closing_connections = False
         return drain_state()
 
 
