@@ -193,3 +193,12 @@ def is_repeat(status: ModelDeploymentStatus, decision: Decision) -> bool:
         and last.dry_run
         and (last.from_, last.to) == (decision.from_, decision.to)
     )
+
+
+def budget_push_condition(failed: Mapping[str, str]) -> ConditionValue | None:
+    """``Degraded`` while a budget push missed serving engines (pod → why); None when every push landed. The
+    pods that missed it keep their budget, and the next decision pushes to them again."""
+    if not failed:
+        return None
+    detail = "; ".join(f"{pod}: {why}" for pod, why in sorted(failed.items()))
+    return ConditionValue("True", "BudgetPushFailed", f"{len(failed)} engines missed the budget push ({detail})")
