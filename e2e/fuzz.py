@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
@@ -98,14 +99,20 @@ def problem(case: Any, response: Any, known: set[str], expect_status: int | None
     return None
 
 
-def bounded(body: Any) -> Any:
+def bounded(path: str, body: Any) -> Any:
     """At most 4 choices of 8 tokens, so a served case takes milliseconds on the tiny model."""
     if isinstance(body, dict):
         for key, cap in (("max_tokens", 8), ("max_completion_tokens", 8), ("n", 4), ("min_tokens", 8)):
             if isinstance(body.get(key), int | float) and not isinstance(body[key], bool):
                 body[key] = min(body[key], cap)
-        if "prompt" in body and body.get("max_tokens") is None:
+        if path == "/v1/completions" and body.get("max_tokens") is None:
             body["max_tokens"] = 8  # None would mean up to the whole context
+        if (
+            path == "/v1/chat/completions"
+            and body.get("max_tokens") is None
+            and body.get("max_completion_tokens") is None
+        ):
+            body["max_completion_tokens"] = 8
     return body
 
 
@@ -129,9 +136,13 @@ def fuzz(
     @given(case=schema[path][method].as_strategy(generation_mode=mode))
     def send(case: Any) -> None:
         if isinstance(case.body, dict):
-            case.body = bounded(case.body)
+            case.body = bounded(path, case.body)
         try:
             response = case.call(base_url=base_url, headers=headers, timeout=60)
+        except requests.RequestException as exc:  # no answer: a problem to report, not the end of the run
+            tally.statuses[f"{name} no answer"] += 1
+            tally.problems.append(f"{name}: {type(exc).__name__} (body {str(case.body)[:200]}, query {case.query})")
+            return
         finally:
             if after is not None:
                 after()
