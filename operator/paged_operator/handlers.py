@@ -338,6 +338,10 @@ def _set(
     status.set_condition(type_, value.status, value.reason, value.message, now=now, observed_generation=gen)
 
 
+def _pods_why(failures: Mapping[str, str]) -> str:
+    return "; ".join(f"{pod}: {why}" for pod, why in sorted(failures.items()))
+
+
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 def forget(body: kopf.Body, **_: Any) -> None:
     """Children go with their owner (garbage collection); only the operator's own gauge is left to drop."""
@@ -422,6 +426,7 @@ class ControlLoop:
         scraped = await scraper.collect([p.metrics_target for p in serving])
         if scraped.failures:
             health.SCRAPE_FAILURES.labels(namespace).inc(len(scraped.failures))
+            log.warning("%s/%s: metrics scrape failed: %s", namespace, name, _pods_why(scraped.failures))
         current = (deployment.get("spec") or {}).get("replicas", 0)
         stuck = status_builder.unschedulable_pods(alive, _now(), self.shared.options.pending_timeout_s)
         # Pods beyond the Deployment's count (it was just scaled down) are not capacity to plan with: they are
@@ -467,7 +472,7 @@ class ControlLoop:
             await kube.apply(children.config_map(md, uid, plan.budgets))
             in_force = plan.budgets
         target = plan.target_budgets or starting_budgets(md.spec)
-        await self._push(md, body, serving, plan, target)
+        push_failed = await self._push(md, body, serving, plan, target)
 
         progressing = status_builder.progressing_condition(deployment, desired)
         ready = status_builder.ready_condition(len(serving), desired, md.spec.replicas.min)
@@ -500,6 +505,8 @@ class ControlLoop:
                     continue  # set below: one write per decision, so its transition time stays put
                 value = status_builder.ConditionValue(cond.status, cond.reason, cond.message)  # type: ignore[arg-type]
                 _set(status, cond.type, value, now, generation)
+            if (missed := status_builder.budget_push_condition(push_failed)) is not None:
+                _set(status, "Degraded", missed, now, generation)
             if plan.scale is None:
                 who = f"set by {replicas_owner(deployment)}" if external else "replicas.min"
                 off = status_builder.ConditionValue("False", "AutoscalingDisabled", f"{desired} replicas ({who})")
@@ -537,8 +544,9 @@ class ControlLoop:
 
     async def _push(
         self, md: ModelDeployment, body: Mapping[str, Any], serving: list[EnginePod], plan: Plan, target: Budgets
-    ) -> None:
-        """Budgets to the engines that do not run them yet (all of them after a change)."""
+    ) -> dict[str, str]:
+        """Budgets to the engines that do not run them yet (all of them after a change); returns the pods that
+        missed the push (pod → why)."""
         if plan.target_budgets is not None:
             names = set(plan.push_budgets_to)
         else:  # static budget: the pods that report another one (the spec's budget was changed)
@@ -547,7 +555,7 @@ class ControlLoop:
             names = {pod for pod, have in reported.items() if have != want}
         pods = [p for p in serving if p.name in names]
         if not pods:
-            return
+            return {}
         if not self.shared.leading():
             raise NotLeading("budget push not sent: this replica does not hold the operator's Lease")
         kube = self.shared.kube
@@ -555,8 +563,10 @@ class ControlLoop:
         admin = EngineAdmin(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s)
         failed = await admin.push_budgets(pods, target, token)
         if failed:
-            detail = "; ".join(f"{pod}: {why}" for pod, why in sorted(failed.items()))
+            detail = _pods_why(failed)
+            log.warning("%s/%s: budget push failed: %s", md.metadata.namespace, md.metadata.name, detail)
             await kube.post_event(body, reason="BudgetPushFailed", message=detail, warning=True)
+        return failed
 
     async def _record(self, body: Mapping[str, Any], decision: Decision, plan: Plan) -> None:
         """Count and announce a decision the status recorded."""

@@ -205,3 +205,12 @@ def external_scaler(writer: str, floor: int) -> ConditionValue:
         "scaler reading it as the current count acts on a wrong number; to hand the count to an external scaler, "
         "set autoscaling.enabled: false",
     )
+
+
+def budget_push_condition(failed: Mapping[str, str]) -> ConditionValue | None:
+    """``Degraded`` while a budget push missed serving engines (pod → why); None when every push landed. The
+    pods that missed it keep their budget, and the next decision pushes to them again."""
+    if not failed:
+        return None
+    detail = "; ".join(f"{pod}: {why}" for pod, why in sorted(failed.items()))
+    return ConditionValue("True", "BudgetPushFailed", f"{len(failed)} engines missed the budget push ({detail})")

@@ -33,12 +33,16 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def tiny_gemma_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_gemma(tmp_path_factory.mktemp("tiny-gemma"))
+
+
+def build_tiny_gemma(folder: Path) -> Path:
+    """Writes the tiny Gemma 3 (random weights, the real tokenizer) into ``folder``."""
     import torch
     import transformers as tf
     from paged_engine.loader.default_model import resolve_model
     from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder
 
-    folder = tmp_path_factory.mktemp("tiny-gemma")
     real = resolve_model(None, write_tokenizer=write_gguf_tokenizer_folder)
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         if (real / name).is_file():

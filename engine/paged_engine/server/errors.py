@@ -43,6 +43,9 @@ def error_response(
 _UNION_TAGS = {"str", "int", "float", "bool", "none", "dict", "list", "constrained-str", "[key]"}
 
 
+_SOURCES = {"body", "query", "path", "header", "cookie"}
+
+
 def _is_union_tag(part: str) -> bool:
     return part in _UNION_TAGS or "[" in part or part.startswith(("function-", "constrained-"))
 
@@ -54,7 +57,9 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
     if first.get("type") == "json_invalid":
         return f"request body is not valid JSON: {first.get('ctx', {}).get('error', message)}", None
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    loc = list(map(str, first.get("loc", ())))
+    if loc and loc[0] in _SOURCES:  # where the field was sent is not part of its name
+        loc = loc[1:]
     loc = [part for part in loc if not _is_union_tag(part)] or loc
     if not loc:
         return message, None

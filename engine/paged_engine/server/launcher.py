@@ -1,7 +1,8 @@
 """``paged-engine serve``: start the engine-core process, then the HTTP server, and tie their lives together.
 
 The HTTP port opens at once (liveness answers, readiness says "loading") while the core loads the model.
-Exit codes: 0 after a clean shutdown (SIGTERM/SIGINT: in-flight requests get ``--shutdown-grace-seconds``),
+Exit codes: 0 after a clean shutdown (SIGTERM: the port stays open for up to ``--shutdown-grace-seconds``, new
+requests get 503 while in-flight ones finish; see ``server/shutdown.py``),
 1 when the engine core fails to start or dies, so Kubernetes restarts the pod.
 """
 
@@ -17,6 +18,7 @@ import signal
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -27,6 +29,7 @@ from paged_engine.server.app import ServerState, build_admin_app, build_app
 from paged_engine.server.engine_client import EngineClient, EngineDeadError
 from paged_engine.server.metrics import EngineMetrics
 from paged_engine.server.serving import Serving
+from paged_engine.server.shutdown import ShutdownDrain
 from paged_engine.server.timeline import RequestTimeline
 from paged_engine.server.tracing import RequestSpan, configure_tracing
 from paged_engine.tokenizer import load_tokenizer
@@ -116,7 +119,15 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
         app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.log_level == "debug",
         timeout_graceful_shutdown=args.shutdown_grace_seconds, lifespan="on",
     )  # fmt: skip
-    server = _GracefulServer(config)
+
+    def start_draining() -> bool:
+        if state.serving is None or client.dead:
+            return False
+        state.serving.draining = True
+        return True
+
+    drain = ShutdownDrain(args.shutdown_grace_seconds, lambda: client.num_in_flight, start_draining)
+    server = _GracefulServer(config, drain)
     if separate_admin:
         admin_config = uvicorn.Config(build_admin_app(state), host=args.host, port=args.admin_port,
                                       log_level=args.log_level, access_log=False, lifespan="off")  # fmt: skip
@@ -135,8 +146,27 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
 
 
 class _GracefulServer(uvicorn.Server):
-    """uvicorn re-raises SIGTERM after its graceful shutdown, so the process would die by the signal; a pod
-    that drained cleanly should exit 0 instead."""
+    """The first SIGTERM drains (``ShutdownDrain``: new requests get 503 while in-flight ones finish) before
+    uvicorn's own shutdown; and a pod that drained cleanly exits 0 (uvicorn would re-raise the signal)."""
+
+    def __init__(self, config: uvicorn.Config, drain: ShutdownDrain) -> None:
+        super().__init__(config)
+        self.drain = drain
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.drain.on_signal(sig):
+            return
+        if self.drain.started is not None:  # a second signal while draining: in-flight requests get 1 s more
+            self.config.timeout_graceful_shutdown = 1
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if await super().on_tick(counter):
+            return True
+        if self.drain.done():
+            self.config.timeout_graceful_shutdown = max(1, round(self.drain.remaining_s()))
+            return True
+        return False
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

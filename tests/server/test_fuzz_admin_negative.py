@@ -1,0 +1,60 @@
+"""Schemathesis beyond the positive public cases (those are in test_schema_fuzz.py): schema-breaking cases for
+every public operation, and the admin API with its token (both ways) and without it (401). Pass criteria are
+``e2e.fuzz.problem``'s: no 5xx, the OpenAI envelope, a message naming the field. Bounded for CI; the long run
+is ``python -m e2e.fuzz``. Crashes it found stay here as regression tests."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from schemathesis import GenerationMode
+
+from e2e.fuzz import Tally, check_health, fuzz_admin, fuzz_public
+from tests.server.conftest import ADMIN_TOKEN, API_KEY, ServerProcess, admin
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+EXAMPLES = 40
+ADMIN_EXAMPLES = 24
+
+
+def test_schema_breaking_requests_are_refused_cleanly(server: ServerProcess) -> None:
+    tally = Tally()
+    fuzz_public(server.url, httpx.get(f"{server.url}/openapi.json").json(), API_KEY, [GenerationMode.NEGATIVE],
+                EXAMPLES, tally)  # fmt: skip
+    check_health(server.url, tally)
+    assert tally.problems == [], tally.summary()
+    assert tally.examples >= 4 * EXAMPLES
+
+
+def test_admin_api_with_and_without_its_token(server: ServerProcess) -> None:
+    tally = Tally()
+    fuzz_admin(server.url, httpx.get(f"{server.url}/openapi.json").json(), API_KEY, ADMIN_TOKEN, ADMIN_EXAMPLES,
+               tally)  # fmt: skip
+    check_health(server.url, tally)
+    assert tally.problems == [], tally.summary()
+    assert sum(n for key, n in tally.statuses.items() if key.endswith("expect 401 401")) >= 5
+
+
+def test_budgets_beyond_any_integer_are_a_400_naming_the_field(server: ServerProcess) -> None:
+    """Found by the admin fuzz: an integer past int64 reached the engine core's wire encoder (a 500)."""
+    with admin(server) as a:
+        response = a.put("/admin/budgets", json={"max_num_seqs": 2**101})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "max_num_seqs" and "max_num_seqs" in error["message"]
+
+
+def test_budgets_outside_the_engines_bounds_name_the_field(server: ServerProcess) -> None:
+    with admin(server) as a:
+        response = a.put("/admin/budgets", json={"max_num_batched_tokens": 64, "max_num_seqs": 100_000})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "max_num_seqs"
+
+
+def test_a_bad_query_parameter_is_named_without_its_location(server: ServerProcess) -> None:
+    with admin(server) as a:
+        response = a.post("/admin/drain", params={"wait_seconds": -1})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "wait_seconds" and error["message"].startswith("wait_seconds: ")
