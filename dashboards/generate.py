@@ -275,6 +275,89 @@ ENGINE_JOB_VARIABLE = {
     "hide": 0,
 }
 
+_ROUTER_RATE = 'sum by ({by}) (rate({name}{{namespace=~"$namespace", model_name=~"$model_name"}}[$__rate_interval]))'
+
+
+def _router_rate(name: str, by: str) -> str:
+    return _ROUTER_RATE.format(name=name, by=by)
+
+
+#: The router row (``paged-router`` pods, ``spec.router``): where requests went and why, what waited and failed.
+ROUTER_PANELS = (
+    Panel(
+        "Router: requests per second by reason",
+        "reqps",
+        (Query(_router_rate("paged_router_requests_total", "reason"), "{{reason}}"),),
+        "Requests the router sent to a replica (retries included), by the policy's reason: prefix_hit, "
+        "prefix_miss, load_bound (a hot prefix spilled), least_load, session, round_robin.",
+        stack=True,
+    ),
+    Panel(
+        "Router: requests per second by replica",
+        "reqps",
+        (Query(_router_rate("paged_router_requests_total", "replica"), "{{replica}}"),),
+        "The spread over replicas: a line far above the others is a hot replica.",
+    ),
+    Panel(
+        "Router: queue depth and queue time",
+        "s",
+        (
+            Query(
+                "histogram_quantile(0.95, "
+                + _router_rate("paged_router_queue_time_seconds_bucket", "model_name, le")
+                + ")",
+                "{{model_name}} p95 wait",
+            ),
+            Query(
+                'sum by (model_name) (paged_router_queue_depth{namespace=~"$namespace", model_name=~"$model_name"})',
+                "{{model_name}} waiting now",
+            ),
+        ),
+        "Requests held for a replica with room (or, at zero replicas, for the fleet to wake): time waited (p95) "
+        "and how many wait now.",
+    ),
+    Panel(
+        "Router: retries, refusals and broken streams per second",
+        "reqps",
+        (
+            Query(_router_rate("paged_router_retries_total", "reason"), "retry {{reason}}"),
+            Query(_router_rate("paged_router_rejected_requests_total", "reason"), "refused {{reason}}"),
+            Query(_router_rate("paged_router_stream_errors_total", "replica"), "stream error {{replica}}"),
+        ),
+        "Retries on another replica before the first byte; requests refused (queue full or timed out, bad input); "
+        "streams a replica broke mid-way.",
+    ),
+    Panel(
+        "Router: estimated prefix hit ratio",
+        "percentunit",
+        (
+            Query(
+                _router_rate("paged_router_prefix_hits_total", "model_name")
+                + " / ("
+                + _router_rate("paged_router_prefix_queries_total", "model_name")
+                + " > 0)",
+                "{{model_name}}",
+            ),
+        ),
+        "Prompt chunks the router believed cached on the replica it chose / chunks looked up (an estimate; the "
+        "engines' own hit rate is on the engine dashboard).",
+        max_value=1,
+    ),
+    Panel(
+        "Router: cold starts from zero replicas",
+        "s",
+        (
+            Query(
+                "histogram_quantile(0.95, "
+                + _router_rate("paged_router_cold_start_seconds_bucket", "model_name, le")
+                + ")",
+                "{{model_name}} p95",
+            ),
+        ),
+        "From the arrival of a request that found no ready replica to its first byte: the wake-up a user waits.",
+    ),
+)
+
 DASHBOARDS = (
     Dashboard(
         "paged-engine",
@@ -285,8 +368,9 @@ DASHBOARDS = (
     Dashboard(
         "paged-fleet",
         "paged / Fleet and operator",
-        "ModelDeployments as the operator sees them: replicas, decisions, reconciles, pods not reporting metrics.",
-        FLEET_PANELS,
+        "ModelDeployments as the operator sees them: replicas, decisions, reconciles, pods not reporting metrics; "
+        "and the router in front of them.",
+        FLEET_PANELS + ROUTER_PANELS,
         (ENGINE_JOB_VARIABLE,),
     ),
 )

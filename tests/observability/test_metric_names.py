@@ -47,7 +47,7 @@ def _engine_names_used() -> dict[str, set[str]]:
     return {
         name: where
         for name, where in _raw_names().items()
-        if name.startswith("paged_") and not name.startswith("paged_operator_")
+        if name.startswith("paged_") and not name.startswith(("paged_operator_", "paged_router_"))
     }
 
 
@@ -56,6 +56,22 @@ def test_names_fall_into_known_sources() -> None:
     checked against a source."""
     for name, where in _raw_names().items():
         assert name.startswith("paged_") or name in PROMETHEUS_SYNTHETIC, f"{name} (used by {sorted(where)})"
+
+
+def test_router_names_and_labels_exist_in_the_router() -> None:
+    from paged_platform.router.metrics import RouterMetrics
+
+    metrics = RouterMetrics()
+    exported = exported_names(metrics.registry.collect())
+    labels = {label for metric in vars(metrics).values() for label in getattr(metric, "_labelnames", ())}
+    used = {name: where for name, where in _raw_names().items() if name.startswith("paged_router_")}
+    assert used, "the fleet dashboard's router row reads no router series"
+    missing = {name: sorted(where) for name, where in used.items() if name not in exported}
+    assert not missing, f"router metric names used but not exported by the router: {missing}"
+    for where, expr in expressions():
+        if "paged_router_" in expr:
+            unknown = label_names(expr) - labels - TARGET_LABELS
+            assert not unknown, f"{where} matches or groups by labels the router's series lack: {unknown}"
 
 
 def test_operator_names_exist_in_the_operator() -> None:
