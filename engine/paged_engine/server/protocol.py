@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from paged_engine.sampling_params import SamplingParams
+from paged_engine.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputParams
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
@@ -45,6 +45,26 @@ class _Strict(BaseModel):
 class StreamOptions(_Strict):
     include_usage: bool = False
     continuous_usage_stats: bool = False
+
+
+class JsonSchemaFormat(_Strict):
+    name: str = Field("response", max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema", description="a JSON schema; absent: any JSON")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    """OpenAI's ``response_format``: plain text, any JSON object, or JSON matching ``json_schema.schema``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = Field(None, description="required with type json_schema")
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("json_schema is required with type json_schema, and only then")
+        return self
 
 
 class _SamplingFields(_Strict):
@@ -81,6 +101,14 @@ class _SamplingFields(_Strict):
     priority: int = Field(0, ge=SAFE_INT[0], le=SAFE_INT[1], description="lower is served first (priority scheduling)")
     cache_salt: str | None = Field(None, min_length=1)
     user: str | None = None
+    response_format: ResponseFormat | None = None
+    # vLLM's structured-output extensions; at most one of these and response_format
+    guided_json: str | dict[str, Any] | None = Field(None, description="a JSON schema the output must match")
+    guided_regex: str | None = Field(None, min_length=1, description="a regular expression the output must match")
+    guided_choice: Annotated[list[NonEmptyStr], Field(min_length=1, max_length=1024)] | None = Field(
+        None, description="the output is exactly one of these strings"
+    )
+    guided_grammar: str | None = Field(None, min_length=1, description="an EBNF grammar (start rule: root)")
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _SamplingFields:
@@ -96,6 +124,35 @@ class _SamplingFields(_Strict):
             raise ValueError("stop strings must be non-empty")
         return stops
 
+    def structured_output(self) -> tuple[StructuredOutputParams | None, str | None]:
+        """The output constraint and the field that set it (for error messages); (None, None) when unconstrained."""
+        given: list[tuple[str, StructuredOutputParams]] = []
+
+        def add(field: str, **constraint: Any) -> None:
+            try:
+                given.append((field, StructuredOutputParams(**constraint)))
+            except SamplingParamsError as exc:
+                raise SamplingParamsError(field, f"{field}: {exc}") from None
+
+        rf = self.response_format
+        if rf is not None and rf.type == "json_object":
+            add("response_format", json_object=True)
+        elif rf is not None and rf.json_schema is not None:
+            schema = rf.json_schema.schema_
+            add("response_format", **({"json": schema} if schema is not None else {"json_object": True}))
+        if self.guided_json is not None:
+            add("guided_json", json=self.guided_json)
+        if self.guided_regex is not None:
+            add("guided_regex", regex=self.guided_regex)
+        if self.guided_choice is not None:
+            add("guided_choice", choice=list(self.guided_choice))
+        if self.guided_grammar is not None:
+            add("guided_grammar", grammar=self.guided_grammar)
+        if len(given) > 1:
+            names = ", ".join(name for name, _ in given)
+            raise SamplingParamsError(given[1][0], f"give at most one output constraint; got {names}")
+        return (given[0][1], given[0][0]) if given else (None, None)
+
     def logit_bias_ids(self) -> dict[int, float] | None:
         if not self.logit_bias:
             return None
@@ -110,6 +167,7 @@ class _SamplingFields(_Strict):
     def base_sampling_params(
         self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None
     ) -> SamplingParams:
+        structured_output, _ = self.structured_output()
         return SamplingParams(
             n=self.n,
             temperature=1.0 if self.temperature is None else self.temperature,
@@ -131,6 +189,7 @@ class _SamplingFields(_Strict):
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             skip_special_tokens=self.skip_special_tokens,
+            structured_output=structured_output,
         )
 
 
@@ -180,10 +239,6 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class ResponseFormat(_Strict):
-    type: Literal["text"]
-
-
 class ChatCompletionRequest(_SamplingFields):
     model_config = ConfigDict(
         extra="forbid",
@@ -203,7 +258,6 @@ class ChatCompletionRequest(_SamplingFields):
     echo: bool = False
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
-    response_format: ResponseFormat | None = None
     store: bool | None = None
     metadata: dict[str, str] | None = None
 

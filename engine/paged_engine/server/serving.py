@@ -31,6 +31,7 @@ from paged_engine.server.protocol import (
     random_id,
 )
 from paged_engine.server.timeline import RequestTimeline
+from paged_engine.structured_output import grammar
 from paged_engine.tokenizer import Tokenizer
 
 
@@ -104,11 +105,23 @@ class Serving:
                 self.limits.room(prompt_len) if max_tokens is None else max_tokens, logprobs, prompt_logprobs
             )
             self.limits.check_params(params, logprobs_param)
+            self.check_structured_output(body)
         except (SamplingParamsError, RequestValidationError) as exc:
             raise bad_request(str(exc), exc.param) from None
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         return params
+
+    @staticmethod
+    def check_structured_output(body: _SamplingFields) -> None:
+        """A constraint that does not parse (bad schema, regex or grammar) is refused naming the field that set it."""
+        spec, field = body.structured_output()
+        if spec is None:
+            return
+        try:
+            grammar.check(spec)
+        except SamplingParamsError as exc:
+            raise SamplingParamsError(field or exc.param, f"{field}: {exc}") from None
 
     # ---- the engine conversation ----
 

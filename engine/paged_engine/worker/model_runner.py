@@ -20,7 +20,7 @@ from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
 from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, SchedulerOutput
 from paged_engine.models.decoder import DecoderForCausalLM
-from paged_engine.sample import Sampler, SamplingMetadata, prompt_logprobs
+from paged_engine.sample import Sampler, SamplingMetadata, StructuredOutput, prompt_logprobs
 from paged_engine.worker.input_batch import InputBatch
 from paged_engine.worker.kv_cache import KVCachePlan, allocate_kv_caches
 from paged_engine.worker.request_faults import report, run_isolated
@@ -53,8 +53,10 @@ class ModelRunner:
         eos_token_ids: list[int] | tuple[int, ...] = (),
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        structured_output: StructuredOutput | None = None,
     ) -> None:
         self.model = model
+        self.structured_output = structured_output  # grammars of constrained requests (None: none served)
         self.plan = plan
         self.backend = backend
         self.eos_token_ids = tuple(eos_token_ids)
@@ -167,7 +169,9 @@ class ModelRunner:
             )
             logits = self.model.compute_logits(hidden[rows_needed])
             rows = [states[i].sampling for i in positions]  # type: ignore[union-attr]
-            metadata = SamplingMetadata.build(rows, self.model.spec.vocab_size, self.eos_token_ids, self.device)
+            metadata = SamplingMetadata.build(
+                rows, self.model.spec.vocab_size, self.eos_token_ids, self.device, self.structured_output
+            )
             sampled = self.sampler(logits, metadata)
             return list(zip(sampled.sampled_token_ids.tolist(), sampled.logprobs_per_row(metadata), strict=True))
 
