@@ -190,3 +190,16 @@ def test_params_survive_the_wire():
     decoded = wire.decode_to_core(wire.encode(message))
     assert decoded.sampling_params.structured_output == params.structured_output
     assert decoded.sampling_params.structured_output.key == params.structured_output.key
+
+
+def test_a_row_that_goes_on_after_its_grammar_ended_may_only_repeat_the_stop_token(compiler, tokenizer):
+    """``ignore_eos``: the request continues past the grammar's stop token; its grammar is done, not broken."""
+    spec = StructuredOutputParams(choice=["ok"])
+    row = SamplingRow.create(SamplingParams(temperature=1.0, seed=0, ignore_eos=True, structured_output=spec), [1])
+    row.output_token_ids.extend([*tokenizer.encode("ok", add_special_tokens=False), EOS])
+    structured = StructuredOutput(compiler)
+    for _ in range(3):
+        metadata = SamplingMetadata.build([row], VOCAB, [EOS], structured_output=structured)
+        token = Sampler()(torch.randn(1, VOCAB), metadata).sampled_token_ids.item()
+        assert token == EOS
+        row.output_token_ids.append(token)

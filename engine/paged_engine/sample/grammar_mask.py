@@ -35,10 +35,12 @@ class RowGrammar:
     num_accepted: int = 0  # output tokens fed to the matcher so far
 
     def catch_up(self, output_token_ids: Sequence[int]) -> None:
+        """Feed the tokens sampled since the last call. Once the grammar has accepted a stop token it is done:
+        a request that goes on (``ignore_eos``) may only repeat stop tokens, which are not fed."""
         if len(output_token_ids) < self.num_accepted:
             raise GrammarViolation("a row's output shrank; a resumed request gets a new row")
         for token in output_token_ids[self.num_accepted :]:
-            if not self.matcher.accept_token(token):
+            if not self.matcher.is_terminated() and not self.matcher.accept_token(token):
                 raise GrammarViolation(f"token {token} does not fit the request's grammar")
             self.num_accepted += 1
 
@@ -63,6 +65,18 @@ class StructuredOutput:
         self.compiler = compiler
         self._bitmask: torch.Tensor | None = None
         self._batch: xgrammar.BatchGrammarMatcher | None = None
+        self._stop_row: torch.Tensor | None = None
+
+    def _stop_tokens_only(self) -> torch.Tensor:
+        """One bitmask row allowing only the stop tokens: what a finished grammar leaves."""
+        if self._stop_row is None:
+            words = -(-self.compiler.vocab_size // 32)
+            bits = torch.zeros(words * 32, dtype=torch.bool)
+            bits[self.compiler.stop_token_ids] = True
+            weights = 1 << torch.arange(32, dtype=torch.int64)
+            packed = (bits.view(words, 32).to(torch.int64) * weights).sum(dim=1)
+            self._stop_row = torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+        return self._stop_row
 
     def mask(self, rows: Sequence[SamplingRow], device: torch.device | str = "cpu") -> GrammarMask | None:
         """The step's mask for ``rows``, or None when no row is constrained."""
@@ -71,7 +85,7 @@ class StructuredOutput:
             return None
         import xgrammar
 
-        matchers = []
+        matchers, active, done = [], [], []
         for i in constrained:
             row = rows[i]
             spec = row.params.structured_output
@@ -79,13 +93,20 @@ class StructuredOutput:
             if row.grammar is None:
                 row.grammar = RowGrammar(self.compiler.matcher(spec))
             row.grammar.catch_up(row.output_token_ids)
-            matchers.append(row.grammar.matcher)
+            if row.grammar.matcher.is_terminated():
+                done.append(i)
+            else:
+                matchers.append(row.grammar.matcher)
+                active.append(i)
         vocab = self.compiler.vocab_size
         if self._bitmask is None or self._bitmask.shape[0] < len(rows):
             self._bitmask = xgrammar.allocate_token_bitmask(max(len(rows), 8), vocab)
         if self._batch is None:
             self._batch = xgrammar.BatchGrammarMatcher(self.compiler.max_threads)
         bitmask = self._bitmask[: len(rows)]
-        self._batch.batch_fill_next_token_bitmask(matchers, bitmask, indices=constrained)
+        if matchers:
+            self._batch.batch_fill_next_token_bitmask(matchers, bitmask, indices=active)
+        for i in done:
+            bitmask[i] = self._stop_tokens_only()
         device = torch.device(device)
         return GrammarMask(constrained, bitmask.to(device) if device.type != "cpu" else bitmask, vocab)

@@ -38,6 +38,19 @@ def requires(field: str, **required: Any) -> dict[str, Any]:
     }
 
 
+CONSTRAINT_FIELDS = ("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
+
+
+def one_constraint() -> dict[str, Any]:
+    """JSON Schema: at most one of the output-constraint fields."""
+    return {
+        "dependentSchemas": {
+            field: {"not": {"anyOf": [{"required": [other]} for other in CONSTRAINT_FIELDS if other != field]}}
+            for field in CONSTRAINT_FIELDS
+        }
+    }
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,7 +83,15 @@ class ResponseFormat(_Strict):
 class _SamplingFields(_Strict):
     """Parameters shared by completions and chat completions (OpenAI's plus the usual engine extensions)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=requires("stream_options", stream=True))
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "dependentSchemas": {
+                **requires("stream_options", stream=True)["dependentSchemas"],
+                **one_constraint()["dependentSchemas"],
+            }
+        },
+    )
 
     model: str | None = None
     n: int = Field(1, ge=1, le=128)
@@ -246,6 +267,7 @@ class ChatCompletionRequest(_SamplingFields):
             "dependentSchemas": {
                 **requires("stream_options", stream=True)["dependentSchemas"],
                 **requires("top_logprobs", logprobs=True)["dependentSchemas"],
+                **one_constraint()["dependentSchemas"],
             }
         },
     )
