@@ -145,6 +145,10 @@ def test_required_and_named_choices_constrain_the_output():
     assert named.constraint().json == WEATHER["function"]["parameters"]
     content, calls = named.parse('{"city": "Lima"}')
     assert content is None and [(c.name, c.arguments) for c in calls] == [("get_weather", '{"city": "Lima"}')]
+    single = ToolPlan.create([WEATHER, TIME], "required", GEMMA, parallel=False)
+    assert single.constraint().json["maxItems"] == 1
+    _, calls = single.parse('[{"name": "get_time", "parameters": {}}, {"name": "get_time", "parameters": {}}]')
+    assert len(calls) == 1
     assert ToolPlan.create([WEATHER], "auto", QWEN_STYLE).constraint() is None
     assert ToolPlan.create([WEATHER], "none", QWEN_STYLE) is None
 

@@ -94,6 +94,7 @@ class LLM:
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
         tool_parser: str = "auto",
+        parallel_tool_calls: bool = True,
         chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[RequestOutput]:
         """Generate a reply to each conversation (OpenAI-shaped messages), rendered by the model's chat template.
@@ -102,7 +103,8 @@ class LLM:
         (parsed by ``tool_parser``; ``auto``: the template's family) and ``content``, the text outside them."""
         conversations = [messages] if messages and isinstance(messages[0], Mapping) else list(messages)
         template = self.tokenizer.chat_template
-        plan = ToolPlan.create(tools, tool_choice, template.source if template is not None else None, tool_parser)
+        source = template.source if template is not None else None
+        plan = ToolPlan.create(tools, tool_choice, source, tool_parser, parallel_tool_calls)
         params = sampling_params or SamplingParams()
         constraint = plan.constraint() if plan is not None else None
         if constraint is not None:

@@ -345,7 +345,8 @@ class Serving:
         choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
         template = getattr(self.tokenizer, "chat_template", None)
         try:
-            return ToolPlan.create(tools, choice, template.source if template is not None else None, self.tool_parser)
+            source = template.source if template is not None else None
+            return ToolPlan.create(tools, choice, source, self.tool_parser, body.parallel_tool_calls)
         except SamplingParamsError as exc:
             raise bad_request(str(exc), exc.param) from None
 
@@ -378,12 +379,11 @@ class Serving:
         self.check_admission()
         return [prompt], [params]
 
-    def chat_message(self, c: ChoiceState, plan: ToolPlan | None, parallel: bool) -> tuple[dict[str, Any], str | None]:
+    def chat_message(self, c: ChoiceState, plan: ToolPlan | None) -> tuple[dict[str, Any], str | None]:
         """The assistant message and finish reason of a finished choice (``tool_calls`` when it called tools)."""
         if plan is None:
             return {"role": "assistant", "content": c.text}, c.finish_reason
         content, calls = plan.parse(c.text)
-        calls = calls if parallel else calls[:1]
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = [call.openai() for call in calls]
@@ -415,7 +415,7 @@ class Serving:
             choices[update.choice.index] = update.choice
         ordered = [choices[i] for i in sorted(choices)]
         plan = self.tool_plan(body)
-        messages = [self.chat_message(c, plan, body.parallel_tool_calls) for c in ordered]
+        messages = [self.chat_message(c, plan) for c in ordered]
         return {
             "id": rid, "object": "chat.completion", "created": now(), "model": self.model_name,
             "choices": [{
@@ -449,7 +449,7 @@ class Serving:
             if u.finished:
                 rest, calls = stream.finish()
                 text += rest
-                calls = calls if body.parallel_tool_calls else calls[:1]
+                calls = calls if plan.parallel else calls[:1]
                 if calls:
                     delta["tool_calls"] = [call.openai(k) for k, call in enumerate(calls)]
                     if u.choice.finish_reason == "stop":

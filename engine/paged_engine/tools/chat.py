@@ -109,6 +109,7 @@ class ToolPlan:
     choice: ToolChoice
     parser: ToolParser
     native: bool  # the chat template renders ``tools`` itself
+    parallel: bool = True  # parallel_tool_calls: more than one call per reply
 
     @classmethod
     def create(
@@ -117,6 +118,7 @@ class ToolPlan:
         tool_choice: ToolChoice | None,
         template_source: str | None,
         parser: str = "auto",
+        parallel: bool = True,
     ) -> ToolPlan | None:
         """None when the request has no tools or ``tool_choice`` is ``none``; ``SamplingParamsError`` (naming
         ``tools`` or ``tool_choice``) when they do not fit together."""
@@ -140,12 +142,8 @@ class ToolPlan:
             )
         source = template_source or ""
         chosen = parser_for_template(source, parser)
-        return cls(
-            [dict(t) for t in tools],
-            choice,
-            chosen,
-            native="tools" in source and not isinstance(chosen, PythonicParser),
-        )
+        native = "tools" in source and not isinstance(chosen, PythonicParser)
+        return cls([dict(t) for t in tools], choice, chosen, native, parallel)
 
     # ---- the prompt ----
 
@@ -172,7 +170,8 @@ class ToolPlan:
                 }
                 for t in self.tools
             ]  # fmt: skip
-            return StructuredOutputParams(json={"type": "array", "minItems": 1, "items": {"anyOf": options}})
+            schema = {"type": "array", "minItems": 1, "items": {"anyOf": options}}
+            return StructuredOutputParams(json=schema if self.parallel else {**schema, "maxItems": 1})
         return None
 
     def output_parser(self) -> ToolParser:
@@ -181,7 +180,8 @@ class ToolPlan:
         return _RequiredParser() if self.choice == "required" else self.parser
 
     def parse(self, text: str) -> Parsed:
-        return self.output_parser().parse(text)
+        content, calls = self.output_parser().parse(text)
+        return content, calls if self.parallel else calls[:1]
 
     def stream(self) -> ToolCallStream:
         return ToolCallStream(self.output_parser())
