@@ -29,6 +29,7 @@ from paged_engine.server.metrics import EngineMetrics
 from paged_engine.server.serving import Serving
 from paged_engine.server.timeline import RequestTimeline
 from paged_engine.server.tracing import RequestSpan, configure_tracing
+from paged_engine.structured_output import grammar
 from paged_engine.tokenizer import load_tokenizer
 
 log = logging.getLogger("paged_engine.server")
@@ -84,6 +85,8 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
             return
         client.start()
         tokenizer = await asyncio.to_thread(load_tokenizer, info["model_path"], chat_template=args.chat_template)
+        # checking a request's output constraint needs the grammar library: import it now, off the event loop
+        await asyncio.to_thread(grammar.load_library)
         state.model_info = info
 
         def timeline(operation: str, request_id: str, prompt_tokens: int, max_tokens: int) -> RequestTimeline:

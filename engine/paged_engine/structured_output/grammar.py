@@ -34,10 +34,14 @@ JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 MAX_CACHED_GRAMMARS = 256  # compiled grammars kept (oldest dropped first)
 
 
-def _xgr() -> Any:
+def load_library() -> Any:
+    """xgrammar (imported on first use: it brings in transformers, about 2 s)."""
     import xgrammar
 
     return xgrammar
+
+
+_xgr = load_library
 
 
 def _message(exc: Exception) -> str:
