@@ -25,6 +25,7 @@ MAX_LOGPROBS = 20  # the default of the engine's max_logprobs; RequestLimits enf
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 STRUCTURED_OUTPUT_KINDS = ("json", "json_object", "regex", "choice", "grammar")
 MAX_STRUCTURED_CHOICES = 1024
+MAX_CONSTRAINT_CHARS = 1 << 16  # a regex, grammar, JSON schema or all choices together: compiled in the engine loop
 
 
 @dataclass
@@ -69,6 +70,13 @@ class StructuredOutputParams:
             value = getattr(self, kind)
             if value is not None and not value:
                 raise SamplingParamsError(f"structured_output.{kind}", f"{kind} must not be empty")
+        kind = given[0]
+        size = len(self.key[1])
+        if size > MAX_CONSTRAINT_CHARS:
+            raise SamplingParamsError(
+                f"structured_output.{kind}",
+                f"the {kind} constraint has {size} characters; at most {MAX_CONSTRAINT_CHARS}",
+            )
 
     @property
     def kind(self) -> str:

@@ -175,6 +175,8 @@ def test_invalid_constraints_name_their_field(compiler, spec, param):
         (dict(json="[1]"), "object or a boolean"),
         (dict(choice=[]), "1 to 1024"),
         (dict(choice=["a", ""]), "non-empty"),
+        (dict(regex="a" * 70000), "at most 65536"),
+        (dict(json={"enum": ["x" * 70000]}), "at most 65536"),
     ],
 )
 def test_malformed_params_are_refused(spec, message):

@@ -153,6 +153,7 @@ def test_streamed_chunks_join_into_valid_json(client: openai.OpenAI) -> None:
         ({"guided_json": {"type": "no-such-type"}}, "guided_json"),
         ({"guided_json": "{not json"}, "guided_json"),
         ({"guided_regex": "(unclosed"}, "guided_regex"),
+        ({"guided_regex": "a" * 70000}, "guided_regex"),
         ({"guided_grammar": "root ::= missing"}, "guided_grammar"),
         ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
         ({"response_format": {"type": "json_schema"}}, "response_format"),
