@@ -121,6 +121,21 @@ def test_bad_tools_are_400s_naming_the_field(client: openai.OpenAI, extra: dict,
     assert caught.value.body["param"] == param, caught.value.body
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        {"type": "function", "function": {"name": "get_weather", "arguments": "{not json"}},
+        {"type": "function", "function": {"name": "get_weather", "arguments": "[1, 2]"}},
+        {"type": "function", "function": "get_weather"},
+    ],
+)
+def test_malformed_earlier_calls_are_400s(client: openai.OpenAI, call: dict) -> None:
+    messages = [*ASK, {"role": "assistant", "content": None, "tool_calls": [{"id": "c", **call}]}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="tiny-gemma", messages=messages, tools=TOOLS, max_tokens=4)
+    assert caught.value.body["param"] == "messages", caught.value.body
+
+
 def test_the_server_flag_names_a_parser() -> None:
     args = build_parser().parse_args(["serve", "default", "--tool-call-parser", "hermes"])
     assert args.tool_call_parser == "hermes"

@@ -246,20 +246,33 @@ class TextPart(_Strict):
     text: str
 
 
+class CalledFunction(BaseModel):
+    name: str
+    arguments: str = Field("{}", description="a JSON object, as a string")
+
+
+class MessageToolCall(BaseModel):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = Field(None, description="an assistant's earlier calls (OpenAI shape)")
+    tool_calls: list[MessageToolCall] | None = Field(None, description="an assistant's earlier calls")
     tool_call_id: str | None = Field(None, description="the call a tool message answers")
 
     def template_message(self) -> dict[str, Any]:
         """The message as chat templates take it: text content, tool fields only where set."""
         message: dict[str, Any] = {"role": self.role, "content": self.text()}
-        for key in ("name", "tool_calls", "tool_call_id"):
+        for key in ("name", "tool_call_id"):
             if getattr(self, key) is not None:
                 message[key] = getattr(self, key)
+        if self.tool_calls is not None:
+            message["tool_calls"] = [call.model_dump(exclude_none=True) for call in self.tool_calls]
         return message
 
     def text(self) -> str:
@@ -299,6 +312,7 @@ class ChatCompletionRequest(_SamplingFields):
                 **requires("stream_options", stream=True)["dependentSchemas"],
                 **requires("top_logprobs", logprobs=True)["dependentSchemas"],
                 **one_constraint()["dependentSchemas"],
+                "tool_choice": {"anyOf": [{"required": ["tools"]}, {"properties": {"tool_choice": {"const": "none"}}}]},
             }
         },
     )

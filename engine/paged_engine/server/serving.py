@@ -449,7 +449,6 @@ class Serving:
             if u.finished:
                 rest, calls = stream.finish()
                 text += rest
-                calls = calls if plan.parallel else calls[:1]
                 if calls:
                     delta["tool_calls"] = [call.openai(k) for k, call in enumerate(calls)]
                     if u.choice.finish_reason == "stop":

@@ -55,8 +55,9 @@ class _NamedParser(_RequiredParser):
 class ToolCallStream:
     """Streams content while the output cannot be a tool call yet; holds the rest and parses it at the end."""
 
-    def __init__(self, parser: ToolParser) -> None:
+    def __init__(self, parser: ToolParser, parallel: bool = True) -> None:
         self.parser = parser
+        self.parallel = parallel  # False: only the first call is kept
         self.text = ""
         self.sent = 0
 
@@ -71,7 +72,7 @@ class ToolCallStream:
         """The held text's remaining content and the tool calls it held."""
         held = self.text[self.sent :]
         content, calls = self.parser.parse(held)
-        return (content or "", calls) if calls else (held, [])
+        return (content or "", calls if self.parallel else calls[:1]) if calls else (held, [])
 
 
 def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -84,12 +85,21 @@ def _text(content: Any) -> str:
     return content or ""
 
 
+def _arguments(arguments: Any) -> dict[str, Any]:
+    """An earlier call's arguments as an object (OpenAI sends a JSON string)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            raise SamplingParamsError("messages", f"tool-call arguments are not JSON: {arguments!r}") from None
+    if not isinstance(arguments, dict):
+        raise SamplingParamsError("messages", f"tool-call arguments must be a JSON object, got {arguments!r}")
+    return arguments
+
+
 def _pythonic_call(call: Mapping[str, Any]) -> str:
     function = call.get("function") or {}
-    arguments = function.get("arguments") or {}
-    if isinstance(arguments, str):
-        arguments = json.loads(arguments) if arguments.strip() else {}
-    args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+    args = ", ".join(f"{k}={v!r}" for k, v in _arguments(function.get("arguments")).items())
     return f"{function.get('name', '')}({args})"
 
 
@@ -184,7 +194,7 @@ class ToolPlan:
         return content, calls if self.parallel else calls[:1]
 
     def stream(self) -> ToolCallStream:
-        return ToolCallStream(self.output_parser())
+        return ToolCallStream(self.output_parser(), self.parallel)
 
 
 def _with_object_arguments(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,12 +205,7 @@ def _with_object_arguments(message: Mapping[str, Any]) -> dict[str, Any]:
         converted = []
         for call in calls:
             function = dict(call.get("function") or {})
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                try:
-                    function["arguments"] = json.loads(arguments) if arguments.strip() else {}
-                except ValueError:
-                    raise SamplingParamsError("messages", f"tool-call arguments are not JSON: {arguments!r}") from None
+            function["arguments"] = _arguments(function.get("arguments"))
             converted.append({**call, "function": function})
         result["tool_calls"] = converted
     return result
