@@ -312,7 +312,6 @@ class ChatCompletionRequest(_SamplingFields):
                 **requires("stream_options", stream=True)["dependentSchemas"],
                 **requires("top_logprobs", logprobs=True)["dependentSchemas"],
                 **one_constraint()["dependentSchemas"],
-                "tool_choice": {"anyOf": [{"required": ["tools"]}, {"properties": {"tool_choice": {"const": "none"}}}]},
             }
         },
     )
