@@ -312,7 +312,7 @@ class ChatCompletionRequest(_SamplingFields):
                 **requires("stream_options", stream=True)["dependentSchemas"],
                 **requires("top_logprobs", logprobs=True)["dependentSchemas"],
                 **one_constraint()["dependentSchemas"],
-            }
+            },
         },
     )
 
