@@ -5,12 +5,12 @@
 
 from typing import TYPE_CHECKING, Any
 
-from paged_engine.sampling_params import SamplingParams
+from paged_engine.sampling_params import SamplingParams, StructuredOutputParams
 
 if TYPE_CHECKING:
     from paged_engine.entrypoints.llm import LLM
 
-__all__ = ["LLM", "SamplingParams"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputParams"]
 
 
 def __getattr__(name: str) -> Any:

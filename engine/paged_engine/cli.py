@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paged_engine.engine.config import EngineConfig, default_of, flag_name, settings
+from paged_engine.tools.parsers import TOOL_PARSER_CHOICES
 
 DEFAULT_MODEL = "default"
 
@@ -95,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--max-request-body-bytes", type=_positive, default=32 << 20,
                         help="larger request bodies are refused with 413 before they are parsed")  # fmt: skip
     server.add_argument("--chat-template", default=None, help="a Jinja chat template file overriding the model's")
+    server.add_argument("--tool-call-parser", default="auto", choices=TOOL_PARSER_CHOICES,
+                        help="how tool calls are read from chat output; auto: the chat template's family")  # fmt: skip
     server.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
                         help="require 'Authorization: Bearer KEY' on /v1 (env PAGED_API_KEY)")  # fmt: skip
     server.add_argument("--admin-token", default=os.environ.get("PAGED_ADMIN_TOKEN"),

@@ -8,7 +8,9 @@ with the same message. What depends on the model (token ids, context, the logpro
 
 from __future__ import annotations
 
+import json as _json
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class SamplingParamsError(ValueError):
@@ -21,6 +23,77 @@ class SamplingParamsError(ValueError):
 
 MAX_LOGPROBS = 20  # the default of the engine's max_logprobs; RequestLimits enforces the configured value
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
+STRUCTURED_OUTPUT_KINDS = ("json", "json_object", "regex", "choice", "grammar")
+MAX_STRUCTURED_CHOICES = 1024
+MAX_CONSTRAINT_CHARS = 1 << 16  # a regex, grammar, JSON schema or all choices together: compiled in the engine loop
+
+
+@dataclass
+class StructuredOutputParams:
+    """What a request constrains its output to; exactly one field is set. Compiled in the model runner
+    (:mod:`paged_engine.structured_output.grammar`), applied as a token bitmask by the sampler."""
+
+    json: str | dict[str, Any] | None = None  # a JSON schema (text or object)
+    json_object: bool = False  # any JSON object
+    regex: str | None = None
+    choice: list[str] | None = None  # exactly one of these strings
+    grammar: str | None = None  # an EBNF grammar whose start rule is ``root``
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        given = [kind for kind in STRUCTURED_OUTPUT_KINDS if getattr(self, kind) not in (None, False)]
+        if len(given) != 1:
+            raise SamplingParamsError(
+                "structured_output",
+                f"give exactly one of {', '.join(STRUCTURED_OUTPUT_KINDS)}; got {', '.join(given) or 'none'}",
+            )
+        if isinstance(self.json, str):
+            try:
+                schema = _json.loads(self.json)
+            except ValueError as exc:
+                raise SamplingParamsError(
+                    "structured_output.json", f"the JSON schema is not valid JSON: {exc}"
+                ) from None
+            if not isinstance(schema, dict | bool):
+                raise SamplingParamsError("structured_output.json", "a JSON schema must be an object or a boolean")
+        if self.choice is not None:
+            if not self.choice or len(self.choice) > MAX_STRUCTURED_CHOICES:
+                raise SamplingParamsError(
+                    "structured_output.choice",
+                    f"choice needs 1 to {MAX_STRUCTURED_CHOICES} strings, got {len(self.choice)}",
+                )
+            if any(not isinstance(c, str) or not c for c in self.choice):
+                raise SamplingParamsError("structured_output.choice", "every choice must be a non-empty string")
+        for kind in ("regex", "grammar"):
+            value = getattr(self, kind)
+            if value is not None and not value:
+                raise SamplingParamsError(f"structured_output.{kind}", f"{kind} must not be empty")
+        kind = given[0]
+        size = len(self.key[1])
+        if size > MAX_CONSTRAINT_CHARS:
+            raise SamplingParamsError(
+                f"structured_output.{kind}",
+                f"the {kind} constraint has {size} characters; at most {MAX_CONSTRAINT_CHARS}",
+            )
+
+    @property
+    def kind(self) -> str:
+        return next(kind for kind in STRUCTURED_OUTPUT_KINDS if getattr(self, kind) not in (None, False))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(kind, canonical text): equal constraints share one compiled grammar."""
+        kind = self.kind
+        if kind == "json":
+            schema = self.json if isinstance(self.json, dict) else _json.loads(self.json or "")
+            return kind, _json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        if kind == "json_object":
+            return kind, ""
+        if kind == "choice":
+            return kind, _json.dumps(self.choice)
+        return kind, str(getattr(self, kind))
 
 
 @dataclass
@@ -45,6 +118,7 @@ class SamplingParams:
     logprobs: int | None = None  # top-N logprobs of sampled positions (plus the sampled token)
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
+    structured_output: StructuredOutputParams | None = None  # constrain the output (JSON schema, regex, ...)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -91,3 +165,5 @@ class SamplingParams:
                     bad("logit_bias", f"logit_bias for token {token} must be in [-100, 100], got {bias}")
         if self.allowed_token_ids is not None and not self.allowed_token_ids:
             bad("allowed_token_ids", "allowed_token_ids must not be empty when given")
+        if self.structured_output is not None:
+            self.structured_output.validate()

@@ -15,7 +15,7 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,12 +31,17 @@ from paged_engine.loader.default_model import resolve_model
 from paged_engine.loader.hf import load_hf_model
 from paged_engine.models.cpu_gemm import resolve_gemm_backend
 from paged_engine.request_limits import RequestLimits
+from paged_engine.sample import StructuredOutput
 from paged_engine.sampling_params import SamplingParams
+from paged_engine.structured_output.grammar import GrammarCompiler
 from paged_engine.worker.cpu_malloc import keep_freed_memory
 from paged_engine.worker.cuda_graphs import graphs_off_reason
 from paged_engine.worker.kv_cache import plan_kv_cache
 from paged_engine.worker.model_runner import ModelRunner
 from paged_engine.worker.step_timing import StepClock
+
+if TYPE_CHECKING:
+    from paged_engine.tokenizer import FastTokenizer
 
 logger = logging.getLogger(__name__)
 MAX_NUM_SEQS_LIMIT_FLOOR = 256
@@ -153,6 +158,7 @@ class EngineCore:
             logger.info("CUDA graphs off: %s", self.graphs_off)
         backend = get_backend(self.attention.backend)
         self.prefill_attention = self._enable_flash(backend, model.spec.head_dim)
+        self.grammars = GrammarCompiler(self._load_tokenizer, model.spec.vocab_size, self.eos_token_ids)
         self.runner = ModelRunner(
             model,
             plan,
@@ -165,11 +171,17 @@ class EngineCore:
             max_num_tokens=self.max_num_batched_tokens_limit,
             decode_mode="eager" if self.graphs_off is not None else "cuda_graphs",
             max_graph_batch=scheduler_config.max_num_seqs,
+            structured_output=StructuredOutput(self.grammars),
         )
         self.runner.capture_graphs()
         self.limits = RequestLimits(model.spec.vocab_size, self.max_model_len, config.max_logprobs)
         self.last_stats: SchedulerStats | None = None
         self.num_preemptions = 0
+
+    def _load_tokenizer(self) -> FastTokenizer:
+        from paged_engine.tokenizer import load_tokenizer
+
+        return load_tokenizer(self.model_folder)
 
     def _select_attention(self, head_size: int) -> Selection:
         dtype = str(self.dtype).removeprefix("torch.")
@@ -206,6 +218,8 @@ class EngineCore:
         check the same limits first; checking again here keeps any request that reaches the core from failing
         inside a step."""
         self.limits.check(request.prompt_token_ids, request.sampling_params)
+        if request.sampling_params.structured_output is not None:
+            self.grammars.compile(request.sampling_params.structured_output)  # refused here if it is invalid
         self.scheduler.add_request(request)
 
     def make_request(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from paged_engine.core.outputs import Logprobs
+from paged_engine.tools.parsers import ToolCall
 
 
 @dataclass
@@ -18,6 +19,9 @@ class CompletionOutput:
     stop_reason: str | int | None = None  # the stop string or stop token id that ended it, if any
     logprobs: list[Logprobs] | None = None
     error: str | None = None  # why the engine failed this sample; the rest of its batch was served
+    # LLM.chat with tools: the calls read from ``text`` (None: no tools asked for); ``content`` is the rest of it
+    tool_calls: list[ToolCall] | None = None
+    content: str | None = None
 
     @property
     def finished(self) -> bool:

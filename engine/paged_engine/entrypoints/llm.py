@@ -6,19 +6,22 @@ Prompts may be strings, token-id lists, or ``{"prompt_token_ids": [...]}`` / ``{
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from paged_engine.engine.config import EngineConfig
 from paged_engine.engine.llm_engine import LLMEngine
 from paged_engine.engine.outputs import RequestOutput
 from paged_engine.sampling_params import SamplingParams
+from paged_engine.tools import ToolPlan
 
 if TYPE_CHECKING:
     from paged_engine.tokenizer import FastTokenizer
 
 PromptType = str | Sequence[int] | dict[str, Any]
+Conversation = Sequence[Mapping[str, Any]]
 
 
 def _normalise(prompts: PromptType | Sequence[PromptType]) -> list[str | list[int]]:
@@ -82,3 +85,41 @@ class LLM:
             for output in self.engine.step():
                 done[output.request_id] = output
         return [done[request_id] for request_id in ids]
+
+    def chat(
+        self,
+        messages: Conversation | Sequence[Conversation],
+        sampling_params: SamplingParams | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        tool_parser: str = "auto",
+        parallel_tool_calls: bool = True,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate a reply to each conversation (OpenAI-shaped messages), rendered by the model's chat template.
+
+        ``tools`` and ``tool_choice`` as in OpenAI's chat completions: each output then carries ``tool_calls``
+        (parsed by ``tool_parser``; ``auto``: the template's family) and ``content``, the text outside them."""
+        conversations = [messages] if messages and isinstance(messages[0], Mapping) else list(messages)
+        template = self.tokenizer.chat_template
+        source = template.source if template is not None else None
+        plan = ToolPlan.create(tools, tool_choice, source, tool_parser, parallel_tool_calls)
+        params = sampling_params or SamplingParams()
+        constraint = plan.constraint() if plan is not None else None
+        if constraint is not None:
+            if params.structured_output is not None:
+                raise ValueError("tool_choice required or a named function cannot be combined with structured_output")
+            params = dataclasses.replace(params, structured_output=constraint)
+        prompts: list[PromptType] = []
+        for conversation in conversations:
+            turns, variables = plan.render_inputs(conversation) if plan is not None else (list(conversation), {})
+            text = self.tokenizer.apply_chat_template(turns, **{**(chat_template_kwargs or {}), **variables})
+            prompts.append(self.tokenizer.encode(text, add_special_tokens=False))
+        outputs = self.generate(prompts, params)
+        if plan is not None:
+            for output in outputs:
+                for completion in output.outputs:
+                    completion.content, calls = plan.parse(completion.text)
+                    completion.tool_calls = calls
+        return outputs

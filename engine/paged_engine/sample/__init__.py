@@ -1,5 +1,6 @@
 """Batched sampling: metadata built once per step, one sampler call over every sampling row."""
 
+from paged_engine.sample.grammar_mask import StructuredOutput
 from paged_engine.sample.logprobs import LogprobsTensors, prompt_logprobs
 from paged_engine.sample.metadata import SamplingMetadata, SamplingRow, make_generator
 from paged_engine.sample.sampler import Sampler, SamplerOutput
@@ -10,6 +11,7 @@ __all__ = [
     "SamplerOutput",
     "SamplingMetadata",
     "SamplingRow",
+    "StructuredOutput",
     "make_generator",
     "prompt_logprobs",
 ]

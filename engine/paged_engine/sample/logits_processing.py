@@ -1,7 +1,9 @@
-"""Logit processing that happens before any row is sampled: penalties, bias, min-tokens and allow-lists.
+"""Logit processing that happens before any row is sampled: penalties, bias, min-tokens, allow-lists and
+structured-output grammars.
 
 All in place on the step's ``[rows, vocab]`` fp32 logits, touching only the (row, token) pairs named in the
-metadata (scatter/gather), never a dense ``[rows, vocab]`` mask.
+metadata (scatter/gather), never a dense ``[rows, vocab]`` mask; a grammar's mask is a bitmask (a bit per
+token) over its own rows only.
 """
 
 from __future__ import annotations
@@ -57,3 +59,5 @@ def process_logits(logits: torch.Tensor, metadata: SamplingMetadata) -> None:
         apply_allow_list(logits, metadata.allowed_tokens)
     if metadata.banned_tokens is not None:
         apply_ban(logits, metadata.banned_tokens)
+    if metadata.grammar is not None:
+        metadata.grammar.apply(logits)

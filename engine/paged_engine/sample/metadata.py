@@ -15,6 +15,7 @@ from itertools import chain
 import numpy as np
 import torch
 
+from paged_engine.sample.grammar_mask import GrammarMask, RowGrammar, StructuredOutput
 from paged_engine.sampling_params import SamplingParams
 
 # Below this temperature a row is sampled greedily: dividing logits by it would overflow to inf.
@@ -42,6 +43,7 @@ class SamplingRow:
     prompt_token_ids: Sequence[int]
     output_token_ids: list[int] = field(default_factory=list)
     generator: torch.Generator | None = None
+    grammar: RowGrammar | None = field(default=None, repr=False)  # structured output: set when first sampled
     # Distinct prompt + output tokens for the repetition penalty, kept up to date incrementally: rebuilding
     # it from a long prompt every step would cost more than the rest of the sampler.
     _seen: set[int] = field(default_factory=set, init=False, repr=False)
@@ -116,11 +118,13 @@ class SamplingMetadata:
     # Logprobs of the model's raw distribution.
     logprob_rows: torch.Tensor | None  # int64 [l]: rows that asked for logprobs
     num_logprobs: list[int] = field(default_factory=list)  # per row; -1 when not asked
+    grammar: GrammarMask | None = None  # structured output: the constrained rows' token bitmask
 
     @property
     def modifies_logits(self) -> bool:
-        """Whether processing changes any logit before selection (penalties, bias, bans, allow-lists)."""
-        return any(x is not None for x in (self.penalties, self.logit_bias, self.banned_tokens, self.allowed_tokens))
+        """Whether processing changes any logit before selection (penalties, bias, bans, allow-lists, grammars)."""
+        processing = (self.penalties, self.logit_bias, self.banned_tokens, self.allowed_tokens, self.grammar)
+        return any(x is not None for x in processing)
 
     @property
     def max_num_logprobs(self) -> int:
@@ -133,8 +137,10 @@ class SamplingMetadata:
         vocab_size: int,
         eos_token_ids: Sequence[int] = (),
         device: torch.device | str = "cpu",
+        structured_output: StructuredOutput | None = None,
     ) -> SamplingMetadata:
-        """Collect the batch's parameters (their token ids were checked against the vocabulary on admission)."""
+        """Collect the batch's parameters (their token ids were checked against the vocabulary on admission).
+        ``structured_output`` fills the grammar mask of constrained rows (None: the runner has no grammars)."""
         params = [row.params for row in rows]
         greedy = [row.greedy for row in rows]
         random_idx = [i for i, g in enumerate(greedy) if not g]
@@ -176,6 +182,7 @@ class SamplingMetadata:
             allowed_tokens=_build_allowed(params, device),
             logprob_rows=tensor(logprob_idx, torch.int64) if logprob_idx else None,
             num_logprobs=num_logprobs,
+            grammar=structured_output.mask(rows, device) if structured_output is not None else None,
         )
 
 

@@ -11,10 +11,11 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, FastAPI, Query, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
+from paged_engine.server.anthropic import MessagesRequest, MessagesServing
 from paged_engine.server.body_limit import BodySizeLimit
 from paged_engine.server.connection_close import CloseConnectionsWhen
 from paged_engine.server.engine_client import ControlError, EngineClient, EngineDeadError
-from paged_engine.server.errors import APIError, bad_request, install_error_handlers
+from paged_engine.server.errors import ANTHROPIC_PATHS, APIError, bad_request, install_error_handlers
 from paged_engine.server.metrics import EngineMetrics
 from paged_engine.server.openapi import with_model_limits
 from paged_engine.server.protocol import (
@@ -45,6 +46,8 @@ def _bearer_guard(token: str | None, what: str) -> Callable[[Request], Awaitable
             return
         header = request.headers.get("authorization", "")
         given = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+        if not given and request.url.path in ANTHROPIC_PATHS:
+            given = request.headers.get("x-api-key", "")  # how Anthropic's clients send the key
         if not hmac.compare_digest(given.encode(), token.encode()):
             raise APIError(401, f"missing or invalid {what} (send 'Authorization: Bearer <{what}>')",
                            type="authentication_error")  # fmt: skip
@@ -151,6 +154,17 @@ def build_app(
             return StreamingResponse(serving.chat_stream(body, prompts, params),
                                      media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
         return await _until_disconnect(request, serving.chat(body))
+
+    # ---- Anthropic Messages API ----
+
+    @app.post("/v1/messages", dependencies=[api_auth])
+    async def messages(body: MessagesRequest, request: Request) -> Response:
+        anthropic = MessagesServing(state.ready_serving())
+        if body.stream:
+            chat, prompts, params = anthropic.prepare(body)
+            return StreamingResponse(anthropic.stream(chat, prompts, params), media_type="text/event-stream",
+                                     headers=SSE_HEADERS)  # fmt: skip
+        return await _until_disconnect(request, anthropic.message(body))
 
     @app.post("/tokenize", dependencies=[api_auth])
     async def tokenize(body: TokenizeRequest) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""OpenAI error envelopes: every client mistake becomes a 4xx with ``{"error": {message, type, param, code}}``."""
+"""Error envelopes: every client mistake becomes a 4xx with OpenAI's ``{"error": {message, type, param, code}}``, or
+on Anthropic's Messages API (``/v1/messages``) with Anthropic's ``{"type": "error", "error": {type, message}}``."""
 
 from __future__ import annotations
 
@@ -31,9 +32,29 @@ def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param=param)
 
 
+ANTHROPIC_PATHS = ("/v1/messages",)
+
+
+def anthropic_error_type(status: int, openai_type: str) -> str:
+    """Anthropic's name for an error of this status (its envelope has a type and a message, no ``param``)."""
+    by_status = {
+        400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+        413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+    }  # fmt: skip
+    return by_status.get(status, "api_error" if status >= 500 else openai_type)
+
+
 def error_response(
-    status: int, message: str, type: str, param: str | None = None, headers: dict[str, str] | None = None
+    status: int,
+    message: str,
+    type: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+    request: Request | None = None,
 ) -> JSONResponse:
+    if request is not None and request.url.path in ANTHROPIC_PATHS:
+        error = {"type": anthropic_error_type(status, type), "message": message}
+        return JSONResponse({"type": "error", "error": error}, status_code=status, headers=headers)
     body = ErrorResponse(error=ErrorBody(message=message, type=type, param=param, code=status))
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
@@ -71,15 +92,16 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return error_response(exc.status, exc.message, exc.type, exc.param, exc.headers)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return error_response(exc.status, exc.message, exc.type, exc.param, exc.headers, request)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, param = _validation_message(exc)
-        return error_response(400, message, "invalid_request_error", param)
+        return error_response(400, message, "invalid_request_error", param, request=request)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error_response(exc.status_code, str(exc.detail), kind, headers=getattr(exc, "headers", None))
+        return error_response(exc.status_code, str(exc.detail), kind, headers=getattr(exc, "headers", None),
+                              request=request)  # fmt: skip

@@ -32,6 +32,7 @@ from paged_engine.server.serving import Serving
 from paged_engine.server.shutdown import ShutdownDrain
 from paged_engine.server.timeline import RequestTimeline
 from paged_engine.server.tracing import RequestSpan, configure_tracing
+from paged_engine.structured_output import grammar
 from paged_engine.tokenizer import load_tokenizer
 
 log = logging.getLogger("paged_engine.server")
@@ -88,6 +89,8 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
             return
         client.start()
         tokenizer = await asyncio.to_thread(load_tokenizer, info["model_path"], chat_template=args.chat_template)
+        # checking a request's output constraint needs the grammar library: import it now, off the event loop
+        await asyncio.to_thread(grammar.load_library)
         state.model_info = info
 
         def timeline(operation: str, request_id: str, prompt_tokens: int, max_tokens: int) -> RequestTimeline:
@@ -97,7 +100,8 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
         # Token ids must name a token of both the model and the tokenizer (they may differ by padding rows).
         limits = RequestLimits(min(info["vocab_size"], tokenizer.vocab_size), info["max_model_len"],
                                info["max_logprobs"])  # fmt: skip
-        state.serving = Serving(client, tokenizer, served_name, limits, args.max_waiting_requests, timeline)
+        state.serving = Serving(client, tokenizer, served_name, limits, args.max_waiting_requests, timeline,
+                                tool_parser=args.tool_call_parser)  # fmt: skip
         metrics.observe_budgets(info["max_num_seqs"], info["max_num_batched_tokens"])
         metrics.set_info(**{label: str(info[key]) for label, key in INFO_LABELS.items()})
         log.info("ready: serving %s on http://%s:%d (%s KV blocks of %d tokens, context %d, %s on %s)", served_name,

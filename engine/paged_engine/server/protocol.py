@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from paged_engine.sampling_params import SamplingParams
+from paged_engine.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputParams
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
@@ -38,6 +38,19 @@ def requires(field: str, **required: Any) -> dict[str, Any]:
     }
 
 
+CONSTRAINT_FIELDS = ("response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
+
+
+def one_constraint() -> dict[str, Any]:
+    """JSON Schema: at most one of the output-constraint fields."""
+    return {
+        "dependentSchemas": {
+            field: {"not": {"anyOf": [{"required": [other]} for other in CONSTRAINT_FIELDS if other != field]}}
+            for field in CONSTRAINT_FIELDS
+        }
+    }
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -47,10 +60,38 @@ class StreamOptions(_Strict):
     continuous_usage_stats: bool = False
 
 
+class JsonSchemaFormat(_Strict):
+    name: str = Field("response", max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema", description="a JSON schema; absent: any JSON")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    """OpenAI's ``response_format``: plain text, any JSON object, or JSON matching ``json_schema.schema``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = Field(None, description="required with type json_schema")
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self) -> ResponseFormat:
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("json_schema is required with type json_schema, and only then")
+        return self
+
+
 class _SamplingFields(_Strict):
     """Parameters shared by completions and chat completions (OpenAI's plus the usual engine extensions)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra=requires("stream_options", stream=True))
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "dependentSchemas": {
+                **requires("stream_options", stream=True)["dependentSchemas"],
+                **one_constraint()["dependentSchemas"],
+            }
+        },
+    )
 
     model: str | None = None
     n: int = Field(1, ge=1, le=128)
@@ -81,6 +122,14 @@ class _SamplingFields(_Strict):
     priority: int = Field(0, ge=SAFE_INT[0], le=SAFE_INT[1], description="lower is served first (priority scheduling)")
     cache_salt: str | None = Field(None, min_length=1)
     user: str | None = None
+    response_format: ResponseFormat | None = None
+    # vLLM's structured-output extensions; at most one of these and response_format
+    guided_json: str | dict[str, Any] | None = Field(None, description="a JSON schema the output must match")
+    guided_regex: str | None = Field(None, min_length=1, description="a regular expression the output must match")
+    guided_choice: Annotated[list[NonEmptyStr], Field(min_length=1, max_length=1024)] | None = Field(
+        None, description="the output is exactly one of these strings"
+    )
+    guided_grammar: str | None = Field(None, min_length=1, description="an EBNF grammar (start rule: root)")
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _SamplingFields:
@@ -96,6 +145,35 @@ class _SamplingFields(_Strict):
             raise ValueError("stop strings must be non-empty")
         return stops
 
+    def structured_output(self) -> tuple[StructuredOutputParams | None, str | None]:
+        """The output constraint and the field that set it (for error messages); (None, None) when unconstrained."""
+        given: list[tuple[str, StructuredOutputParams]] = []
+
+        def add(field: str, **constraint: Any) -> None:
+            try:
+                given.append((field, StructuredOutputParams(**constraint)))
+            except SamplingParamsError as exc:
+                raise SamplingParamsError(field, f"{field}: {exc}") from None
+
+        rf = self.response_format
+        if rf is not None and rf.type == "json_object":
+            add("response_format", json_object=True)
+        elif rf is not None and rf.json_schema is not None:
+            schema = rf.json_schema.schema_
+            add("response_format", **({"json": schema} if schema is not None else {"json_object": True}))
+        if self.guided_json is not None:
+            add("guided_json", json=self.guided_json)
+        if self.guided_regex is not None:
+            add("guided_regex", regex=self.guided_regex)
+        if self.guided_choice is not None:
+            add("guided_choice", choice=list(self.guided_choice))
+        if self.guided_grammar is not None:
+            add("guided_grammar", grammar=self.guided_grammar)
+        if len(given) > 1:
+            names = ", ".join(name for name, _ in given)
+            raise SamplingParamsError(given[1][0], f"give at most one output constraint; got {names}")
+        return (given[0][1], given[0][0]) if given else (None, None)
+
     def logit_bias_ids(self) -> dict[int, float] | None:
         if not self.logit_bias:
             return None
@@ -110,6 +188,7 @@ class _SamplingFields(_Strict):
     def base_sampling_params(
         self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None
     ) -> SamplingParams:
+        structured_output, _ = self.structured_output()
         return SamplingParams(
             n=self.n,
             temperature=1.0 if self.temperature is None else self.temperature,
@@ -131,6 +210,7 @@ class _SamplingFields(_Strict):
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             skip_special_tokens=self.skip_special_tokens,
+            structured_output=structured_output,
         )
 
 
@@ -166,11 +246,34 @@ class TextPart(_Strict):
     text: str
 
 
+class CalledFunction(BaseModel):
+    name: str
+    arguments: str = Field("{}", description="a JSON object, as a string")
+
+
+class MessageToolCall(BaseModel):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = Field(None, description="an assistant's earlier calls")
+    tool_call_id: str | None = Field(None, description="the call a tool message answers")
+
+    def template_message(self) -> dict[str, Any]:
+        """The message as chat templates take it: text content, tool fields only where set."""
+        message: dict[str, Any] = {"role": self.role, "content": self.text()}
+        for key in ("name", "tool_call_id"):
+            if getattr(self, key) is not None:
+                message[key] = getattr(self, key)
+        if self.tool_calls is not None:
+            message["tool_calls"] = [call.model_dump(exclude_none=True) for call in self.tool_calls]
+        return message
 
     def text(self) -> str:
         if self.content is None:
@@ -180,8 +283,25 @@ class ChatMessage(BaseModel):
         return "".join(part.text for part in self.content)
 
 
-class ResponseFormat(_Strict):
-    type: Literal["text"]
+class FunctionDefinition(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(None, description="a JSON schema of the arguments object")
+    strict: bool | None = None
+
+
+class ChatTool(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: FunctionName
 
 
 class ChatCompletionRequest(_SamplingFields):
@@ -191,7 +311,8 @@ class ChatCompletionRequest(_SamplingFields):
             "dependentSchemas": {
                 **requires("stream_options", stream=True)["dependentSchemas"],
                 **requires("top_logprobs", logprobs=True)["dependentSchemas"],
-            }
+                **one_constraint()["dependentSchemas"],
+            },
         },
     )
 
@@ -203,7 +324,11 @@ class ChatCompletionRequest(_SamplingFields):
     echo: bool = False
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
-    response_format: ResponseFormat | None = None
+    tools: Annotated[list[ChatTool], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None, description="default: auto with tools, none without"
+    )
+    parallel_tool_calls: bool = True
     store: bool | None = None
     metadata: dict[str, str] | None = None
 

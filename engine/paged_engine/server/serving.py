@@ -24,6 +24,7 @@ from paged_engine.server.errors import APIError, bad_request
 from paged_engine.server.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    NamedToolChoice,
     PromptTokensDetails,
     Usage,
     _SamplingFields,
@@ -31,7 +32,9 @@ from paged_engine.server.protocol import (
     random_id,
 )
 from paged_engine.server.timeline import RequestTimeline
+from paged_engine.structured_output import grammar
 from paged_engine.tokenizer import Tokenizer
+from paged_engine.tools import ToolCallStream, ToolPlan
 
 
 class Serving:
@@ -43,6 +46,7 @@ class Serving:
         limits: RequestLimits,
         max_waiting_requests: int,
         timeline_factory: Callable[[str, str, int, int], RequestTimeline],
+        tool_parser: str = "auto",
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
@@ -51,6 +55,7 @@ class Serving:
         self.max_model_len = limits.max_model_len
         self.max_waiting_requests = max_waiting_requests
         self.timeline = timeline_factory
+        self.tool_parser = tool_parser  # "auto": chosen from the chat template's family
         self.draining = False
 
     # ---- validation shared by both endpoints ----
@@ -104,11 +109,23 @@ class Serving:
                 self.limits.room(prompt_len) if max_tokens is None else max_tokens, logprobs, prompt_logprobs
             )
             self.limits.check_params(params, logprobs_param)
+            self.check_structured_output(body)
         except (SamplingParamsError, RequestValidationError) as exc:
             raise bad_request(str(exc), exc.param) from None
         except ValueError as exc:
             raise bad_request(str(exc)) from None
         return params
+
+    @staticmethod
+    def check_structured_output(body: _SamplingFields) -> None:
+        """A constraint that does not parse (bad schema, regex or grammar) is refused naming the field that set it."""
+        spec, field = body.structured_output()
+        if spec is None:
+            return
+        try:
+            grammar.check(spec)
+        except SamplingParamsError as exc:
+            raise SamplingParamsError(field or exc.param, f"{field}: {exc}") from None
 
     # ---- the engine conversation ----
 
@@ -312,8 +329,9 @@ class Serving:
             async for u in self.run(operation, prompts, params, body, rid):
                 c = u.choice
                 seen[c.index] = c
-                yield event([{**payload(u), "finish_reason": c.finish_reason if u.finished else None,
-                              "stop_reason": c.stop_reason if u.finished else None}])  # fmt: skip
+                chunk = payload(u)  # may set its own finish_reason (tool_calls)
+                chunk.setdefault("finish_reason", c.finish_reason if u.finished else None)
+                yield event([{**chunk, "stop_reason": c.stop_reason if u.finished else None}])
             if include_usage:
                 yield event([], self.usage(prompts, list(seen.values())))
         except EngineDeadError as exc:
@@ -324,10 +342,28 @@ class Serving:
 
     # ---- /v1/chat/completions ----
 
+    def tool_plan(self, body: ChatCompletionRequest) -> ToolPlan | None:
+        tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        choice = body.tool_choice.model_dump() if isinstance(body.tool_choice, NamedToolChoice) else body.tool_choice
+        template = getattr(self.tokenizer, "chat_template", None)
+        try:
+            source = template.source if template is not None else None
+            return ToolPlan.create(tools, choice, source, self.tool_parser, body.parallel_tool_calls)
+        except SamplingParamsError as exc:
+            raise bad_request(str(exc), exc.param) from None
+
     def prepare_chat(self, body: ChatCompletionRequest) -> tuple[list[list[int]], list[SamplingParams]]:
         self.check_model(body.model)
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        text = self.render_chat(messages, body.add_generation_prompt, body.chat_template_kwargs or {})
+        plan = self.tool_plan(body)
+        messages = [m.template_message() for m in body.messages]
+        extra = dict(body.chat_template_kwargs or {})
+        if plan is not None:
+            try:
+                messages, variables = plan.render_inputs(messages)
+            except SamplingParamsError as exc:
+                raise bad_request(str(exc), exc.param) from None
+            extra.update(variables)
+        text = self.render_chat(messages, body.add_generation_prompt, extra)
         prompt = self.tokenizer.encode(text, add_special_tokens=False)
         self.check_prompt(prompt, "messages")
         top = body.top_logprobs or 0
@@ -336,8 +372,24 @@ class Serving:
             body, len(prompt), body.requested_max_tokens(), top if body.logprobs else None, None,
             names=(max_tokens_param, "top_logprobs"),
         )  # fmt: skip
+        constraint = plan.constraint() if plan is not None else None
+        if constraint is not None:
+            if params.structured_output is not None:
+                raise bad_request("tool_choice required or a named function cannot be combined with another output "
+                                  "constraint", "tool_choice")  # fmt: skip
+            params.structured_output = constraint
         self.check_admission()
         return [prompt], [params]
+
+    def chat_message(self, c: ChoiceState, plan: ToolPlan | None) -> tuple[dict[str, Any], str | None]:
+        """The assistant message and finish reason of a finished choice (``tool_calls`` when it called tools)."""
+        if plan is None:
+            return {"role": "assistant", "content": c.text}, c.finish_reason
+        content, calls = plan.parse(c.text)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [call.openai() for call in calls]
+        return message, "tool_calls" if calls and c.finish_reason == "stop" else c.finish_reason
 
     def render_chat(self, messages: list[dict[str, Any]], add_generation_prompt: bool, extra: dict[str, Any]) -> str:
         """The prompt text of a conversation; a template that refuses it is the client's 400, naming why."""
@@ -364,13 +416,15 @@ class Serving:
         async for update in self.run("chat", prompts, params, body, rid):
             choices[update.choice.index] = update.choice
         ordered = [choices[i] for i in sorted(choices)]
+        plan = self.tool_plan(body)
+        messages = [self.chat_message(c, plan) for c in ordered]
         return {
             "id": rid, "object": "chat.completion", "created": now(), "model": self.model_name,
             "choices": [{
-                "index": c.index, "message": {"role": "assistant", "content": c.text},
+                "index": c.index, "message": message,
                 "logprobs": self.chat_logprobs(c.logprobs) if body.logprobs else None,
-                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason,
-            } for c in ordered],
+                "finish_reason": finish_reason, "stop_reason": c.stop_reason,
+            } for c, (message, finish_reason) in zip(ordered, messages, strict=True)],
             "usage": self.usage(prompts, ordered).model_dump(),
         }  # fmt: skip
 
@@ -379,13 +433,32 @@ class Serving:
     ) -> AsyncIterator[str]:
         opening = [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
                    for i in range(params[0].n)]  # fmt: skip
+        plan = self.tool_plan(body)
+        streams: dict[int, ToolCallStream] = {}
 
         def payload(u: ChoiceUpdate) -> dict[str, Any]:
-            return {
+            chunk: dict[str, Any] = {
                 "index": u.choice.index,
-                "delta": {"content": u.text} if u.text or not u.finished else {},
                 "logprobs": self.chat_logprobs(u.logprobs) if body.logprobs and u.logprobs else None,
             }
+            text = u.text
+            if plan is None:
+                chunk["delta"] = {"content": text} if text or not u.finished else {}
+                return chunk
+            stream = streams.setdefault(u.choice.index, plan.stream())
+            text = stream.feed(text)
+            delta: dict[str, Any] = {}
+            if u.finished:
+                rest, calls = stream.finish()
+                text += rest
+                if calls:
+                    delta["tool_calls"] = [call.openai(k) for k, call in enumerate(calls)]
+                    if u.choice.finish_reason == "stop":
+                        chunk["finish_reason"] = "tool_calls"
+            if text or not (u.finished or delta):
+                delta = {"content": text, **delta}
+            chunk["delta"] = delta
+            return chunk
 
         return self._sse("chat", "chat.completion.chunk", random_id("chatcmpl"), body, prompts, params, opening,
                          payload)  # fmt: skip

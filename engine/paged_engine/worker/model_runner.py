@@ -21,7 +21,7 @@ from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
 from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, SchedulerOutput
 from paged_engine.models.decoder import DecoderForCausalLM
-from paged_engine.sample import Sampler, SamplingMetadata, prompt_logprobs
+from paged_engine.sample import Sampler, SamplingMetadata, StructuredOutput, prompt_logprobs
 from paged_engine.worker.cuda_graphs import CudaGraphDecode, PaddedDecode, capture_sizes, pad_decode_inputs
 from paged_engine.worker.input_batch import InputBatch
 from paged_engine.worker.kv_cache import KVCachePlan, allocate_kv_caches
@@ -65,10 +65,12 @@ class ModelRunner:
         max_num_tokens: int = 8192,
         decode_mode: str = "eager",
         max_graph_batch: int | None = None,
+        structured_output: StructuredOutput | None = None,
     ) -> None:
         if decode_mode not in DECODE_MODES:
             raise ValueError(f"decode_mode must be one of {DECODE_MODES}, got {decode_mode!r}")
         self.model = model
+        self.structured_output = structured_output  # grammars of constrained requests (None: none served)
         self.plan = plan
         # attention timed separately where kernels are synchronous (step_timing); a graph replays untimed
         self.timed_attention = TimedAttention(backend) if torch.device(device).type == "cpu" else None
@@ -232,7 +234,9 @@ class ModelRunner:
             )
             logits = self.model.compute_logits(hidden[rows_needed])
             rows = [states[i].sampling for i in positions]  # type: ignore[union-attr]
-            metadata = SamplingMetadata.build(rows, self.model.spec.vocab_size, self.eos_token_ids, self.device)
+            metadata = SamplingMetadata.build(
+                rows, self.model.spec.vocab_size, self.eos_token_ids, self.device, self.structured_output
+            )
             sampled = self.sampler(logits, metadata)
             return list(zip(sampled.sampled_token_ids.tolist(), sampled.logprobs_per_row(metadata), strict=True))
 
