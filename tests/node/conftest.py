@@ -195,6 +195,9 @@ def helm_install(helm: Path, kubeconfig: Path, namespace: str, images: Images) -
         "watchNamespace": namespace,
         "nodeSelector": NODE_SELECTOR,
         "tolerations": TOLERATIONS,
+        # One operator on a 2-core node: the test deletes "the" operator pod. The chart's default of two with
+        # leader election (a standby taking over) is tested against the API server (test_operator_leader_election).
+        "operator": {"replicas": 1},
     }
     argv = [str(helm), "install", "paged", str(CHART), f"--kubeconfig={kubeconfig}", "--namespace", namespace,
             "--values", "-", "--wait", "--timeout", "5m"]  # fmt: skip
