@@ -160,9 +160,16 @@ build() {  # build NAME DOCKERFILE IMAGE [BUILD-ARG...] -- INPUT-FILE...
     local secret=()
     [ -n "$ca_bundle" ] && [ -f "$ca_bundle" ] && secret=(--secret "id=ca-bundle,src=$ca_bundle")
     echo "[images] $name: building $image (inputs $hash)"
+    local previous
+    previous=$(image_id "$image" || true)
     nice -n 10 "$container" build --network host -f "$dockerfile" -t "$image" "${secret[@]}" \
       --build-arg "BASE_IMAGE=$base" --build-arg "VERSION=$version" --build-arg "REVISION=$revision" \
       "${args[@]}" --label "dev.paged.build.inputs=$hash" . 2>&1 | sed -u "s/^/[$name] /"
+    # The image this one replaces is untagged now; an engine image is ~5 GB, so each rebuild would otherwise
+    # leave one behind (the build stages' cached layers stay: they are what makes the next build fast).
+    if [ -n "$previous" ] && [ "$previous" != "$(image_id "$image")" ]; then
+      "$container" rmi "$previous" >/dev/null 2>&1 || true
+    fi
   fi
   printf '[images] %-12s %-48s %6s MB  %4s s\n' "$name" "$image" "$(size_mb "$image")" "$((SECONDS - start))"
   if [ "$push" = 1 ]; then "$container" push "$image"; fi
