@@ -19,6 +19,7 @@ import ast
 import json
 import re
 import uuid
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,15 +54,16 @@ class ToolCall:
 Parsed = tuple[str | None, list[ToolCall]]
 
 
-class ToolParser:
+class ToolParser(ABC):
     name: str = ""
 
+    @abstractmethod
     def parse(self, text: str) -> Parsed:
-        raise NotImplementedError
+        """The text outside tool calls (None when there is none) and the calls, in order."""
 
+    @abstractmethod
     def hold_from(self, text: str) -> int:
         """The first index of ``text`` that may belong to a tool call (``len(text)``: none can)."""
-        raise NotImplementedError
 
 
 def _partial_suffix(text: str, marker: str) -> int:
