@@ -27,10 +27,6 @@ def test_schema_breaking_requests_are_refused_cleanly(server: ServerProcess) -> 
     assert tally.examples >= 4 * EXAMPLES
 
 
-@pytest.mark.skip(
-    reason="known regression after merging the drain linger and the admin-port split: the admin fuzz "
-    "stops getting answers (a drain case is not undone); tracked in issue #19's closing note"
-)
 def test_admin_api_with_and_without_its_token(server: ServerProcess) -> None:
     tally = Tally()
     fuzz_admin(server.url, httpx.get(f"{server.url}/openapi.json").json(), API_KEY, ADMIN_TOKEN, ADMIN_EXAMPLES,
@@ -62,3 +58,19 @@ def test_a_bad_query_parameter_is_named_without_its_location(server: ServerProce
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == "wait_seconds" and error["message"].startswith("wait_seconds: ")
+
+
+def test_an_undrain_during_a_drains_linger_keeps_the_server_admitting(server: ServerProcess) -> None:
+    """Found by the admin fuzz: a lingering drain used to stop admission after its sleep even when an undrain
+    had come meanwhile, so the server stayed draining with nobody asking for it."""
+    import threading
+    import time
+
+    with admin(server) as a:
+        lingering = threading.Thread(target=lambda: a.post("/admin/drain", params={"linger_seconds": 1.0}))
+        lingering.start()
+        time.sleep(0.3)
+        assert a.delete("/admin/drain").status_code == 200
+        lingering.join()
+        assert a.get("/admin/drain").json()["draining"] is False
+    assert httpx.get(f"{server.url}/ready", timeout=10).status_code == 200

@@ -69,6 +69,8 @@ class ServerState:
         #: Set when a drain begins (the pod is leaving): responses then close their connections
         #: (``connection_close``), so keep-alive clients reconnect through the Service to another replica.
         self.closing_connections = False
+        #: Counts drain and undrain calls, so a drain still lingering when an undrain came does not stop admission.
+        self.drain_calls = 0
 
     def ready_serving(self) -> Serving:
         if self.serving is None:
@@ -250,8 +252,12 @@ def add_admin_routes(app: FastAPI, state: ServerState) -> None:
         preStop lingers longer than the server's keep-alive timeout: see ``connection_close``)."""
         serving = state.ready_serving()
         state.closing_connections = True
+        state.drain_calls += 1
+        call = state.drain_calls
         if linger_seconds and not serving.draining:
             await asyncio.sleep(linger_seconds)
+            if state.drain_calls != call:  # undrained (or drained again) meanwhile: that call decides
+                return drain_state()
         serving.draining = True
         deadline = time.monotonic() + wait_seconds
         while client.num_in_flight and time.monotonic() < deadline:
@@ -262,6 +268,7 @@ def add_admin_routes(app: FastAPI, state: ServerState) -> None:
     async def undrain() -> dict[str, Any]:
         state.ready_serving().draining = False
         state.closing_connections = False
+        state.drain_calls += 1
         return drain_state()
 
 
