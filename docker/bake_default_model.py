@@ -20,7 +20,7 @@ def main() -> None:
     if dest.exists():
         raise SystemExit(f"{dest} already exists")
     with tempfile.TemporaryDirectory() as cache:
-        os.environ["PAGED_CACHE_DIR"] = cache  # the GGUF is assembled and converted here, then dropped
+        os.environ["PAGED_CACHE"] = cache  # the GGUF is assembled and converted here, then dropped
         os.environ.pop("PAGED_DEFAULT_MODEL_DIR", None)
         from paged_engine.loader.default_model import resolve_model
         from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder

@@ -99,14 +99,13 @@ RUN apt-get update \
 COPY --from=deps /opt/venv /opt/venv
 COPY --from=model /opt/paged/models /opt/paged/models
 COPY --from=build /opt/paged/lib /opt/paged/lib
-# PAGED_CACHE (kernels) and PAGED_CACHE_DIR (models) both point at the cache volume; XDG_CACHE_HOME and HF_HOME
+# PAGED_CACHE (kernels, converted models, tokenizers) points at the cache volume; XDG_CACHE_HOME and HF_HOME
 # keep every library's cache there too, so nothing needs the (read-only) home directory.
 ENV PATH=/opt/paged/lib/bin:/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/home/paged \
     PAGED_CACHE=/var/cache/paged \
-    PAGED_CACHE_DIR=/var/cache/paged \
     XDG_CACHE_HOME=/var/cache/paged/xdg \
     HF_HOME=/var/cache/paged/huggingface \
     PAGED_DEFAULT_MODEL_DIR=/opt/paged/models/gemma-3-270m

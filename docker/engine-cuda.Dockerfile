@@ -105,7 +105,6 @@ ENV PATH=/opt/paged/lib/bin:/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     HOME=/home/paged \
     PAGED_CACHE=/var/cache/paged \
-    PAGED_CACHE_DIR=/var/cache/paged \
     XDG_CACHE_HOME=/var/cache/paged/xdg \
     HF_HOME=/var/cache/paged/huggingface \
     PAGED_DEFAULT_MODEL_DIR=/opt/paged/models/gemma-3-270m \

@@ -50,7 +50,7 @@ def convert_in_child(cache: Path, gguf: Path, hook: str = "", **popen) -> subpro
             {hook or "pass"}
         gguf_to_hf_folder({str(gguf)!r}, write_tokenizer=write_tokenizer)
     """)
-    env = {**os.environ, "PAGED_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "PAGED_CACHE": str(cache), "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=REPO, text=True, **popen)
 
 
@@ -70,7 +70,7 @@ def test_a_conversion_killed_midway_is_not_used_and_is_redone(tmp_path: Path, gg
     partials = list(target.parent.glob(f".{target.name}.partial-*"))
     assert len(partials) == 1 and (partials[0] / "model.safetensors").is_file()
 
-    monkeypatch.setenv("PAGED_CACHE_DIR", str(cache))
+    monkeypatch.setenv("PAGED_CACHE", str(cache))
     folder = gguf_to_hf_folder(gguf_file)
     assert folder == target and (folder / "config.json").is_file()
     assert load_file(str(folder / "model.safetensors"))  # a whole safetensors file
@@ -106,12 +106,12 @@ def test_a_full_disk_fails_with_a_clear_error_and_leaves_nothing(small_disk, ggu
     target = entry(cache, gguf_file)
     assert not target.exists() and not list(target.parent.glob(".*partial-*"))
 
-    monkeypatch.setenv("PAGED_CACHE_DIR", str(cache.parent / "roomy"))
+    monkeypatch.setenv("PAGED_CACHE", str(cache.parent / "roomy"))
     assert (gguf_to_hf_folder(gguf_file) / "model.safetensors").is_file()  # with room, the next start converts
 
 
 def test_a_second_writer_waits_and_uses_the_first_ones_result(tmp_path: Path, gguf_file: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("PAGED_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAGED_CACHE", str(tmp_path / "cache"))
     target = entry(tmp_path / "cache", gguf_file)
     conversions: list[int] = []
 
@@ -130,7 +130,7 @@ def test_a_second_writer_waits_and_uses_the_first_ones_result(tmp_path: Path, gg
 
 
 def test_an_interrupted_default_model_assembly_leaves_no_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("PAGED_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAGED_CACHE", str(tmp_path / "cache"))
 
     def assemble(path, overwrite=False):  # type: ignore[no-untyped-def]
         Path(path).write_bytes(b"half a model")

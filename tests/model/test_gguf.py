@@ -90,7 +90,7 @@ def write_gguf(arch: str, folder, path, quantise_embedding: bool = False) -> dic
 
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("PAGED_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PAGED_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

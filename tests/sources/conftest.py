@@ -67,7 +67,7 @@ def download(hub: HubServer, tmp_path: Path):  # type: ignore[no-untyped-def]
             **os.environ,
             "HF_ENDPOINT": hub.url,
             "HF_HOME": str(tmp_path / "hf-home"),
-            "PAGED_CACHE_DIR": str(tmp_path / "cache"),
+            "PAGED_CACHE": str(tmp_path / "cache"),
             "HF_HUB_DISABLE_TELEMETRY": "1",
             "HF_HUB_DISABLE_XET": "1",
             **(env or {}),

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.server
 
 def test_serves_a_model_downloaded_from_the_hub(tiny_gemma_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     state = HubState(repos={"acme/tiny-gemma": Repo.from_folder(tiny_gemma_dir)})
-    env = {"HF_ENDPOINT": "", "PAGED_CACHE_DIR": str(tmp_path / "cache"), "HF_HOME": str(tmp_path / "hf"),
+    env = {"HF_ENDPOINT": "", "PAGED_CACHE": str(tmp_path / "cache"), "HF_HOME": str(tmp_path / "hf"),
            "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}  # fmt: skip
     with HubServer(state) as hub:
         env["HF_ENDPOINT"] = hub.url
@@ -38,7 +38,7 @@ def test_serves_a_model_downloaded_from_the_hub(tiny_gemma_dir: Path, tmp_path: 
 def test_serve_refuses_a_gated_model_without_a_token(tmp_path: Path) -> None:
     state = HubState(repos={"acme/gated": Repo({"config.json": b"{}"}, gated_token="secret")})
     with HubServer(state) as hub:
-        env = {**os.environ, "HF_ENDPOINT": hub.url, "PAGED_CACHE_DIR": str(tmp_path / "cache"),
+        env = {**os.environ, "HF_ENDPOINT": hub.url, "PAGED_CACHE": str(tmp_path / "cache"),
                "HF_HOME": str(tmp_path / "hf")}  # fmt: skip
         env.pop("HF_TOKEN", None)
         done = subprocess.run([sys.executable, "-m", "paged_engine.cli", "serve", "acme/gated", "--port", "1"],

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from paged_engine.cache_home import cache_home
 from paged_engine.loader.cache_writes import exclusive, remove_partials, staged_dir
 from paged_engine.loader.hf import ModelLoadError
 
@@ -57,9 +57,8 @@ _ARCHITECTURES = {
 
 
 def cache_root() -> Path:
-    """``$PAGED_CACHE_DIR/models`` or ``~/.cache/paged/models``."""
-    base = os.environ.get("PAGED_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "paged") / "models"
+    """``$PAGED_CACHE/models`` (``~/.cache/paged/models``)."""
+    return cache_home() / "models"
 
 
 def sha256_file(path: Path) -> str:
@@ -220,7 +219,7 @@ def convert_gguf(
     except (OSError, SafetensorError) as exc:
         raise ModelLoadError(
             f"cannot write the converted model into {out_dir.parent} (about {needed / 2**20:.0f} MiB needed; "
-            f"set PAGED_CACHE_DIR to elsewhere): {exc}"
+            f"set PAGED_CACHE to elsewhere): {exc}"
         ) from exc
     size = (out_dir / "model.safetensors").stat().st_size
     logger.info("wrote %s (%.1f MiB) in %.1f s", out_dir, size / 2**20, time.perf_counter() - start)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from paged_engine.cache_home import cache_home
 from paged_engine.tokenizer.chat_template import builtin_template, read_template_override
 from paged_engine.tokenizer.gguf_convert import TOKENIZER_ARRAYS, convert_gguf_tokenizer
 from paged_engine.tokenizer.gguf_metadata import read_gguf_metadata
@@ -25,8 +25,7 @@ CONVERSION_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("PAGED_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "paged") / "tokenizers"
+    return cache_home() / "tokenizers"
 
 
 def load_tokenizer(

@@ -5,7 +5,7 @@ complete, with ``paged_source.json`` (what was fetched, the commit it resolved t
 inside the staging folder. So a folder at a final name is always whole; a staging folder is only ever resumed
 into, never served. Concurrent downloaders (pods sharing a volume) serialise on a lock file next to it.
 
-Layout under the cache root (``$PAGED_CACHE_DIR/models``)::
+Layout under the cache root (``$PAGED_CACHE/models``)::
 
     hub/<org>--<name>/snapshots/<commit>/    a published Hugging Face snapshot
     hub/<org>--<name>/refs/<revision>        the commit a branch or tag last resolved to
