@@ -14,10 +14,13 @@ import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paged_engine.engine.config import EngineConfig, default_of, flag_name, settings
 from paged_engine.tools.parsers import TOOL_PARSER_CHOICES
+
+if TYPE_CHECKING:
+    from paged_engine.loader.sources.fetch import RemoteSource
 
 DEFAULT_MODEL = "default"
 
@@ -119,13 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     download.add_argument("--dest", type=Path, default=None,
                           help="the folder the model lands in (default: the engine's cache)")  # fmt: skip
     download.add_argument("--termination-log", type=Path, default=None,
-                          help="on failure, write 'Reason: message' here (a pod's /dev/termination-log)")  # fmt: skip
+                          help="write the outcome as 'Reason: message' here (a pod's termination log)")  # fmt: skip
     download.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
 
 def download_model(args: argparse.Namespace) -> int:
-    """``paged-engine download``: prints the model's folder; on failure the reason and message, exit code 1."""
+    """``paged-engine download``: prints the model's folder; on failure the reason and message, exit code 1. With
+    ``--termination-log`` the outcome is also written there, as ``Reason: message``."""
     from paged_engine.loader.sources.errors import ModelSourceError, SourceFailure
     from paged_engine.loader.sources.fetch import fetch
     from paged_engine.loader.sources.spec import LocalSource, parse_source
@@ -134,13 +138,29 @@ def download_model(args: argparse.Namespace) -> int:
         source = parse_source(args.source, args.revision)
         if isinstance(source, LocalSource):
             raise ModelSourceError(SourceFailure.INVALID, f"{args.source!r} is neither ORG/NAME nor s3://BUCKET/PREFIX")
-        print(fetch(source, args.dest))
+        folder = fetch(source, args.dest)
+        print(folder)
+        if args.termination_log is not None:
+            args.termination_log.write_text(downloaded_message(source, folder))
     except ModelSourceError as exc:
         print(f"error: {exc.termination_message()}", file=sys.stderr)
         if args.termination_log is not None:
             args.termination_log.write_text(exc.termination_message())
         return 1
     return 0
+
+
+def downloaded_message(source: RemoteSource, folder: Path) -> str:
+    """``Downloaded: SOURCE at commit SHA`` (or S3's content version), from the folder's record: what the operator
+    shows in ``ModelReady``, so the status says which commit a branch resolved to."""
+    from paged_engine.loader.sources.cache import read_record
+
+    record = read_record(folder) or {}
+    if commit := record.get("commit"):
+        return f"Downloaded: {source} at commit {commit}"
+    if version := record.get("version"):
+        return f"Downloaded: {source} at version {version}"
+    return f"Downloaded: {source}"
 
 
 def fetched(config: EngineConfig) -> EngineConfig:

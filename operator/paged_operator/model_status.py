@@ -8,7 +8,9 @@ fails (``ModelGated: acme/llama is a gated model: ...``), so a gated model witho
 * else a pod whose init container waits on something the kubelet reports (the token Secret is missing:
   ``CreateContainerConfigError``; the image cannot be pulled): False, with the kubelet's reason;
 * else a pod downloading: False, ``Downloading``;
-* else every pod past its download: True, ``Downloaded``;
+* else every pod past its download: True, ``Downloaded``, naming the commit (or S3 version) the downloads
+  resolved to, which the init container writes to its termination message on success too; pods that resolved a
+  moving branch to different commits are named as such;
 * no pods: Unknown. A source with nothing to download (a path, an image, the built-in model) is True.
 """
 
@@ -24,6 +26,7 @@ from paged_operator.model_mounts import DOWNLOAD_CONTAINER, model_mounts
 from paged_operator.status_builder import ConditionValue
 
 _REASON = re.compile(r"^([A-Z][A-Za-z]+): (.*)$", re.DOTALL)
+_RESOLVED = re.compile(r" at ((?:commit|version) \S+)$")
 #: The kubelet's waiting reasons that are not failures (it is only getting there).
 _STARTING = frozenset({"PodInitializing", "ContainerCreating"})
 
@@ -45,6 +48,27 @@ def failure(terminated: Mapping[str, Any] | None) -> tuple[str, str] | None:
     return "DownloadFailed", text[-512:] or f"exit code {terminated.get('exitCode')}"
 
 
+def resolved(terminated: Mapping[str, Any] | None) -> str | None:
+    """``commit SHA`` (or ``version DIGEST``) from a successful download's termination message."""
+    text = ((terminated or {}).get("message") or "").strip()
+    match = _REASON.match(text)
+    if match is None or match.group(1) != "Downloaded":
+        return None
+    found = _RESOLVED.search(match.group(2))
+    return found.group(1) if found else None
+
+
+def _downloaded(source: str, resolutions: set[str]) -> str:
+    if not resolutions:
+        return f"{source} is on every pod's cache volume"
+    if len(resolutions) == 1:
+        return f"{source} is on every pod's cache volume, at {next(iter(resolutions))}"
+    return (
+        f"{source} is on every pod's cache volume, but the pods resolved it differently "
+        f"({', '.join(sorted(resolutions))}): pin a commit sha so that every replica serves the same weights"
+    )
+
+
 def model_ready(md: ModelDeployment, pods: Iterable[Mapping[str, Any]]) -> ConditionValue:
     if model_mounts(md).download is None:
         return ConditionValue("True", "NoDownload", f"served from {md.spec.model.describe()}")
@@ -55,6 +79,7 @@ def model_ready(md: ModelDeployment, pods: Iterable[Mapping[str, Any]]) -> Condi
     waiting: list[tuple[str, str, str]] = []
     running: list[str] = []  # the downloads' start times
     done = 0
+    resolutions: set[str] = set()
     for pod in pods:
         name = (pod.get("metadata") or {}).get("name", "?")
         status = _download_status(pod)
@@ -66,6 +91,8 @@ def model_ready(md: ModelDeployment, pods: Iterable[Mapping[str, Any]]) -> Condi
             failed.append((name, *why))
         elif (state.get("terminated") or {}).get("exitCode") == 0:
             done += 1
+            if (at := resolved(state.get("terminated"))) is not None:
+                resolutions.add(at)
         elif "running" in state:
             running.append((state.get("running") or {}).get("startedAt") or "")
         elif (reason := (state.get("waiting") or {}).get("reason")) and reason not in _STARTING:
@@ -84,5 +111,5 @@ def model_ready(md: ModelDeployment, pods: Iterable[Mapping[str, Any]]) -> Condi
         since = f" (since {min(running)})" if any(running) else ""
         return ConditionValue("False", "Downloading", f"{len(running)} of {len(pods)} pods downloading {source}{since}")
     if done == len(pods):
-        return ConditionValue("True", "Downloaded", f"{source} is on every pod's cache volume")
+        return ConditionValue("True", "Downloaded", _downloaded(source, resolutions))
     return ConditionValue("False", "Pending", f"{len(pods) - done} of {len(pods)} pods have not downloaded {source}")

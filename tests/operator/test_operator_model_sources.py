@@ -204,3 +204,24 @@ def test_downloading_says_since_when() -> None:
 def test_model_ready_is_true_without_a_download() -> None:
     value = model_status.model_ready(md({"model": {"path": {"claimName": "w"}}}), [])
     assert (value.status, value.reason) == ("True", "NoDownload")
+
+
+def downloaded(at: str) -> dict[str, Any]:
+    return {"terminated": {"exitCode": 0, "message": f"Downloaded: acme/llama@main at {at}"}}
+
+
+def test_model_ready_names_the_commit_the_downloads_resolved_to() -> None:
+    sha = "b" * 40
+    value = model_status.model_ready(HUB, [pod("a", state=downloaded(f"commit {sha}")),
+                                           pod("b", state=downloaded(f"commit {sha}"))])  # fmt: skip
+    assert (value.status, value.reason) == ("True", "Downloaded")
+    assert value.message == f"huggingFace acme/llama@main is on every pod's cache volume, at commit {sha}"
+    assert model_status.resolved({"exitCode": 0, "message": "Downloaded: s3://w/x/ at version 0f3a"}) == "version 0f3a"
+    assert model_status.resolved({"exitCode": 0, "message": "ModelGated: no"}) is None
+
+
+def test_model_ready_says_when_replicas_resolved_a_branch_differently() -> None:
+    pods = [pod("a", state=downloaded("commit " + "a" * 40)), pod("b", state=downloaded("commit " + "b" * 40))]
+    value = model_status.model_ready(HUB, pods)
+    assert value.status == "True"
+    assert "resolved it differently" in value.message and "pin a commit sha" in value.message

@@ -51,6 +51,8 @@ class HubState:
     """File name -> byte count after which the first GET of it is cut off (the connection closes mid-body)."""
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     """(method, path, Range header) of every request."""
+    clients: set[str] = field(default_factory=set)
+    """The addresses requests came from."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -103,6 +105,7 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
             path = unquote(url.path)
             with state.lock:
                 state.requests.append((self.command, path, self.headers.get("Range")))
+                state.clients.add(self.client_address[0])
             if match := _API.match(path):
                 self._info(match.group(1), match.group(2) or "main", "blobs" in parse_qs(url.query))
             elif match := _RESOLVE.match(path):
@@ -182,17 +185,19 @@ def _handler(state: HubState) -> type[BaseHTTPRequestHandler]:
 
 
 class HubServer:
-    """The server on 127.0.0.1 at a free port, in a thread; ``url`` is what ``HF_ENDPOINT`` gets."""
+    """The server at a free port of ``host`` (loopback, or the host's end of the real node's link, where its pods
+    reach it), in a thread; ``url`` is what ``HF_ENDPOINT`` gets."""
 
-    def __init__(self, state: HubState) -> None:
+    def __init__(self, state: HubState, host: str = "127.0.0.1") -> None:
         self.state = state
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+        self._server = ThreadingHTTPServer((host, 0), _handler(state))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
 
     def __enter__(self) -> HubServer:
         self._thread.start()

@@ -31,6 +31,14 @@ def test_downloads_only_serving_files_pinned_to_the_commit(download, hub: HubSer
     assert "pytorch_model.bin" not in fetched and "README.md" not in fetched
 
 
+def test_success_leaves_the_resolved_commit_in_the_termination_log(download, tmp_path: Path) -> None:
+    """What the operator shows in ModelReady: the commit the branch resolved to."""
+    log = tmp_path / "termination-log"
+    run = download(REPO_ID, "--revision", "v1", "--dest", str(tmp_path / "dest"), "--termination-log", str(log))
+    assert run.returncode == 0, run.stderr
+    assert log.read_text() == f"Downloaded: {REPO_ID}@v1 at commit {'b' * 40}"
+
+
 def test_a_pinned_commit_in_the_cache_needs_no_hub(download, hub: HubServer) -> None:
     first = download(REPO_ID, "--revision", "a" * 40)
     assert first.returncode == 0, first.stderr
@@ -134,6 +142,57 @@ def test_a_killed_download_leaves_no_model_and_the_next_run_keeps_finished_files
     fetched = {path.rsplit("/", 1)[-1] for method, path, _ in hub.state.requests if method == "GET"}
     assert "model.safetensors" in fetched and "config.json" not in fetched
     assert not (dest.parent / ".staging" / dest.name).exists()
+
+
+def test_a_killed_download_restarts_the_cut_file_cleanly_and_nothing_half_written_is_served(
+    hub: HubServer, tmp_path: Path
+) -> None:
+    """``paged-engine download`` SIGKILLed mid-file into the engine's cache (what ``serve ORG/NAME`` uses): no
+    snapshot exists until the download completes, so an offline start refuses instead of serving half a model.
+    The client never reuses a killed attempt's part (each attempt writes its own temporary file), so the next run
+    removes it first, rather than needing room for both, fetches that file from its start and publishes it whole.
+    """
+    big = os.urandom(24 << 20)
+    commit = Repo([]).commit
+    hub.state.repos["acme/big"] = Repo({**repo_files(), "model.safetensors": big})
+    hub.state.slow_files["model.safetensors"] = 0.01  # ~6 MiB/s: the client writes 10 MiB steps, ~2 s each
+    cache = tmp_path / "cache"
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_XET": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1", "PAGED_CACHE": str(cache)}  # fmt: skip
+    env.pop("HF_TOKEN", None)
+    command = [sys.executable, "-m", "paged_engine.cli", "download", "acme/big"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    staging = cache / "models" / "hub" / "acme--big" / "snapshots" / ".staging" / commit
+    parts = staging / ".cache" / "huggingface" / "download"
+
+    def partial() -> int:
+        return sum(p.stat().st_size for p in parts.glob("*.incomplete")) if parts.is_dir() else 0  # the weights
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None and partial() < 10 << 20:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)
+    written = partial()
+    assert 0 < written < len(big), f"killed mid-file: {written} of {len(big)} bytes written"
+    snapshot = cache / "models" / "hub" / "acme--big" / "snapshots" / commit
+    assert not snapshot.exists(), "a killed download must not publish a snapshot"
+    offline = subprocess.run(command, env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=60)
+    assert offline.returncode == 1 and "OfflineNotCached" in offline.stderr, offline.stderr
+
+    hub.state.slow_files.clear()
+    hub.state.requests.clear()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == snapshot
+    assert (snapshot / "model.safetensors").read_bytes() == big
+    ranges = [r for method, path, r in hub.state.requests if method == "GET" and path.endswith("model.safetensors")]
+    assert ranges == [None], "the cut file is fetched again from its start"
+    fetched = {path.rsplit("/", 1)[-1] for method, path, _ in hub.state.requests if method == "GET"}
+    assert "config.json" not in fetched, "finished files are kept"
+    assert "removing" in done.stderr and "left by a killed download" in done.stderr
+    assert not staging.exists() and not list(snapshot.rglob("*.incomplete"))
 
 
 def _tmpfs(path: Path, size: str) -> None:

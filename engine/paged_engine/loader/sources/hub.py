@@ -1,10 +1,13 @@
 """Hugging Face downloads through ``huggingface_hub``'s own client.
 
-The client reads ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` itself, resumes a file from its
-``.incomplete`` part with a range request, and draws a progress bar per file (``HF_HUB_DISABLE_PROGRESS_BARS``
-turns it off). This module asks the hub which commit the revision names (pinning it), picks the serving files,
-checks they fit, and maps the client's errors onto :class:`SourceFailure` reasons with a message that says
-what to do.
+The client reads ``HF_ENDPOINT``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` itself, resumes a file whose connection
+dropped with a range request, and draws a progress bar per file (``HF_HUB_DISABLE_PROGRESS_BARS`` turns it off).
+It writes each attempt at a file to a temporary file of its own, so a process killed mid-file leaves a part that
+no later attempt reuses: the next download removes such parts first (it holds the folder's lock, so no live
+download owns them) and fetches that file again; finished files are kept.
+
+This module asks the hub which commit the revision names (pinning it), picks the serving files, checks they fit,
+and maps the client's errors onto :class:`SourceFailure` reasons with a message that says what to do.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def download(source: HubSource, commit: str, sizes: dict[str, int | None], place
     from huggingface_hub import hf_hub_download
 
     staging = place.staging
+    _remove_killed_parts(staging)
     need = selection.missing_bytes(sizes, cache.file_sizes(staging))
     selection.check_space(need, cache.free_bytes(staging), str(place.final.parent))
     staging.mkdir(parents=True, exist_ok=True)
@@ -74,6 +78,13 @@ def download(source: HubSource, commit: str, sizes: dict[str, int | None], place
     record = {"source": "huggingface", "repo": source.repo_id, "revision": source.revision, "commit": commit,
               "endpoint": _endpoint(), "files": cache.file_sizes(staging)}  # fmt: skip
     return cache.publish(place, record)
+
+
+def _remove_killed_parts(staging: Path) -> None:
+    """The client's ``*.incomplete`` files of a killed attempt (call holding the folder's lock)."""
+    for part in (staging / ".cache" / "huggingface" / "download").glob("*.incomplete"):
+        logger.info("removing %s (%.1f MiB), left by a killed download", part.name, part.stat().st_size / 2**20)
+        part.unlink(missing_ok=True)
 
 
 def _mapped(source: HubSource, call: Callable[[], T]) -> T:

@@ -4,7 +4,9 @@ region and the credentials (``AWS_ACCESS_KEY_ID``..., a profile, or an IAM role)
 The objects directly under the prefix are listed; the serving files among them are downloaded with the transfer
 manager (multipart, parallel) into the staging folder and published. S3 has no revision: the folder is named by a
 digest of the keys, sizes and ETags, so changed objects land in a new folder and an unchanged prefix is reused.
-A file already whole in the staging folder (an earlier attempt) is not fetched again.
+A file already whole in the staging folder (an earlier attempt) is not fetched again; anything else there (the
+transfer manager's temporary files left by a killed attempt, files no longer listed) is removed first, so only
+whole files of this listing are ever published.
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ def download(
     s3: Any, source: S3Source, version: str, files: dict[str, tuple[int, str]], place: cache.Placement
 ) -> Path:
     staging = place.staging
-    have = cache.file_sizes(staging)
     sizes = {n: size for n, (size, _) in files.items()}
+    _remove_leftovers(staging, keep=sizes)
+    have = cache.file_sizes(staging)
     selection.check_space(selection.missing_bytes(sizes, have), cache.free_bytes(staging), str(place.final.parent))
     staging.mkdir(parents=True, exist_ok=True)
     logger.info("downloading %d files (%.1f MiB) from %s into %s", len(files), sum(sizes.values()) / 2**20, source,
@@ -92,6 +95,15 @@ def download(
     record = {"source": "s3", "uri": str(source), "version": version,
               "files": {n: {"size": s, "etag": e} for n, (s, e) in files.items()}}  # fmt: skip
     return cache.publish(place, record)
+
+
+def _remove_leftovers(staging: Path, keep: dict[str, int]) -> None:
+    """Removes what is not a whole file of the listing: a killed attempt's ``.NAME.part*`` files (boto3 writes to
+    a temporary name, then renames) or a file of the wrong size."""
+    for file, size in cache.file_sizes(staging).items():
+        if keep.get(file) != size:
+            logger.info("removing %s, left by an earlier attempt", staging / file)
+            (staging / file).unlink(missing_ok=True)
 
 
 def _is_disk_full(exc: BaseException) -> bool:
