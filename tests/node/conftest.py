@@ -177,7 +177,7 @@ class Deployed:
             name = pod["metadata"]["name"]
             logs = subprocess.run(
                 [str(self.kubectl.binary), f"--kubeconfig={self.kubectl.kubeconfig}", "-n", self.namespace, "logs",
-                 name, "--tail=60"], capture_output=True, text=True, timeout=60, check=False,
+                 name, "--all-containers", "--tail=60"], capture_output=True, text=True, timeout=60, check=False,
             )  # fmt: skip
             out.append(f"--- {name}\n{logs.stdout}{logs.stderr}")
         return "\n".join(out)
@@ -206,6 +206,20 @@ def helm_install(helm: Path, kubeconfig: Path, namespace: str, images: Images) -
 
 
 @pytest.fixture(scope="module")
+def model_deployment_overrides(request: pytest.FixtureRequest) -> Mapping[str, Any]:
+    """The ``spec`` fields a test module changes: its ``MODEL_DEPLOYMENT_OVERRIDES``, or what a module's own
+    fixture of this name returns (when the values are only known at run time, e.g. a server's port)."""
+    return getattr(request.module, "MODEL_DEPLOYMENT_OVERRIDES", None) or {}
+
+
+@pytest.fixture(scope="module")
+def namespace_objects() -> list[dict]:
+    """Objects a test module needs in the namespace before its ModelDeployment (a Secret); a module overrides this
+    fixture to add some. Their namespace is set to the test's."""
+    return []
+
+
+@pytest.fixture(scope="module")
 def deployed(
     request: pytest.FixtureRequest,
     kube_binaries: Binaries,
@@ -215,19 +229,22 @@ def deployed(
     node_images: Images,
     kubectl: Kubectl,
     model_dir: Path,
+    model_deployment_overrides: Mapping[str, Any],
+    namespace_objects: list[dict],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Deployed]:
     namespace = _namespace(request.module.__name__.rsplit(".", 1)[-1])
     kubectl("create", "namespace", namespace)
-    overrides = getattr(request.module, "MODEL_DEPLOYMENT_OVERRIDES", None)
     try:
         helm_install(kube_binaries.helm, kube_cluster.admin_kubeconfig, namespace, node_images)
         folder = tmp_path_factory.mktemp("manifests")
-        volume = folder / "model-volume.yaml"
-        volume.write_text(yaml.safe_dump_all(model_volume(namespace, model_dir)))
-        kubectl("apply", "-f", str(volume))
+        prerequisites = folder / "prerequisites.yaml"
+        objects = [{**o, "metadata": {**o["metadata"], "namespace": namespace}} for o in namespace_objects]
+        prerequisites.write_text(yaml.safe_dump_all([*model_volume(namespace, model_dir), *objects]))
+        kubectl("apply", "-f", str(prerequisites))
         manifest = folder / "modeldeployment.yaml"
-        manifest.write_text(yaml.safe_dump(model_deployment_manifest(namespace, "model", overrides), sort_keys=False))
+        md = model_deployment_manifest(namespace, "model", model_deployment_overrides)
+        manifest.write_text(yaml.safe_dump(md, sort_keys=False))
         kubectl("apply", "-f", str(manifest))
         yield Deployed(namespace, kubectl, kube_admin, kube_node, manifest)
     finally:
