@@ -38,6 +38,20 @@ def repo_files() -> dict[str, bytes]:
 SERVING = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"}
 
 
+def private_cache(folder: Path) -> Path:
+    """A ``PAGED_CACHE`` of the test's own for models and tokenizers that shares the compiled kernels and their
+    tuning with the usual cache (``PAGED_CACHE`` moves those too, and a kernel build takes minutes)."""
+    from paged_engine.attention._build import CACHE_ROOT
+    from paged_engine.attention.isa_tune import TUNE_FILE
+
+    folder.mkdir(parents=True, exist_ok=True)
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    (folder / CACHE_ROOT.name).symlink_to(CACHE_ROOT, target_is_directory=True)
+    if TUNE_FILE.is_file():
+        (folder / TUNE_FILE.name).symlink_to(TUNE_FILE)
+    return folder
+
+
 @pytest.fixture
 def hub() -> Iterator[HubServer]:
     state = HubState(

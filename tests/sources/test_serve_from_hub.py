@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.server.conftest import COMMON_ARGS, start_server, tiny_gemma_dir  # noqa: F401 (a fixture)
+from tests.sources.conftest import private_cache
 from tests.sources.hub_server import HubServer, HubState, Repo
 
 pytestmark = pytest.mark.server
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.server
 
 def test_serves_a_model_downloaded_from_the_hub(tiny_gemma_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     state = HubState(repos={"acme/tiny-gemma": Repo.from_folder(tiny_gemma_dir)})
-    env = {"HF_ENDPOINT": "", "PAGED_CACHE": str(tmp_path / "cache"), "HF_HOME": str(tmp_path / "hf"),
+    env = {"HF_ENDPOINT": "", "PAGED_CACHE": str(private_cache(tmp_path / "cache")), "HF_HOME": str(tmp_path / "hf"),
            "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}  # fmt: skip
     with HubServer(state) as hub:
         env["HF_ENDPOINT"] = hub.url
