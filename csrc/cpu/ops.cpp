@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <initializer_list>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "../checks.h"
@@ -20,6 +22,7 @@
 #include "gemm_avx512.h"
 #include "isa.h"
 #include "norm.h"
+#include "rotary.h"
 
 namespace paged {
 namespace {
@@ -318,24 +321,41 @@ void set_cpu_isa(const std::string& name) {
   }
 }
 
-// out [rows, d] = act(input[:, :d]) * input[:, d:], fp32.
+// float32 or bfloat16, the same for every tensor named: the element-wise kernels compute in fp32 either way.
+at::ScalarType check_float_or_bf16(const char* op, const at::Tensor& input,
+                                   std::initializer_list<std::pair<const char*, const at::Tensor*>> same) {
+  const auto dtype = input.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, op, ": input must be float32 or bfloat16, got ", dtype);
+  for (const auto& [name, t] : same) check_dtype(*t, op, name, dtype);
+  return dtype;
+}
+
+// out [rows, d] = act(input[:, :d]) * input[:, d:].
+template <cpu::GatedActivation A, typename T>
+void gated_activation_rows_of(const at::Tensor& input, at::Tensor& out, int64_t rows, int64_t d) {
+  const T* in = reinterpret_cast<const T*>(input.const_data_ptr());
+  T* dst = reinterpret_cast<T*>(out.data_ptr());
+  at::parallel_for(0, rows, row_grain(d, 1 << 14), [&](int64_t begin, int64_t end) {
+    cpu::gated_activation_rows<A>(in, input.stride(0), dst, out.stride(0), d, begin, end);
+  });
+}
+
 template <cpu::GatedActivation A>
 void gated_activation_cpu(const char* op, at::Tensor& out, const at::Tensor& input) {
   check_device(input, op, "input", at::Device(at::kCPU));
   check_device(out, op, "out", at::Device(at::kCPU));
-  check_dtype(input, op, "input", at::kFloat);
-  check_dtype(out, op, "out", at::kFloat);
+  const auto dtype = check_float_or_bf16(op, input, {{"out", &out}});
   TORCH_CHECK(input.dim() == 2 && input.size(1) % 2 == 0, op, ": input must be [rows, 2 * d] (gate then up), got ",
               "shape ", input.sizes());
   const int64_t rows = input.size(0), d = input.size(1) / 2;
   check_shape(out, op, "out", {rows, d}, "[rows, d]");
   check_rows(input, op, "input");
   check_rows(out, op, "out");
-  const float* in = input.const_data_ptr<float>();
-  float* dst = out.data_ptr<float>();
-  at::parallel_for(0, rows, row_grain(d, 1 << 14), [&](int64_t begin, int64_t end) {
-    cpu::gated_activation_rows<A>(in, input.stride(0), dst, out.stride(0), d, begin, end);
-  });
+  if (dtype == at::kFloat) {
+    gated_activation_rows_of<A, float>(input, out, rows, d);
+  } else {
+    gated_activation_rows_of<A, bf16_t>(input, out, rows, d);
+  }
 }
 
 void silu_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
@@ -346,15 +366,30 @@ void gelu_tanh_and_mul_cpu(at::Tensor& out, const at::Tensor& input) {
   gated_activation_cpu<cpu::GatedActivation::kGeluTanh>("paged::gelu_tanh_and_mul", out, input);
 }
 
-// out = input * rsqrt(mean(input^2, -1) + eps) * (offset + weight), fp32; input [rows, d] or [tokens, heads, d].
+template <typename T>
+void rms_norm_rows(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, double eps, double offset) {
+  const int64_t d = input.size(-1);
+  const int64_t heads = input.dim() == 3 ? input.size(1) : 1;
+  const int64_t token_stride = input.stride(0), head_stride = input.dim() == 3 ? input.stride(1) : 0;
+  const T* in = reinterpret_cast<const T*>(input.const_data_ptr());
+  const T* w = reinterpret_cast<const T*>(weight.const_data_ptr());
+  T* dst = reinterpret_cast<T*>(out.data_ptr());
+  const int64_t rows = input.size(0) * heads;
+  at::parallel_for(0, rows, row_grain(d, 1 << 14), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T* x = in + (r / heads) * token_stride + (r % heads) * head_stride;
+      cpu::rms_norm_row(x, w, dst + r * d, d, static_cast<float>(eps), static_cast<float>(offset));
+    }
+  });
+}
+
+// out = input * rsqrt(mean(input^2, -1) + eps) * (offset + weight); input [rows, d] or [tokens, heads, d].
 void rms_norm_cpu(at::Tensor& out, const at::Tensor& input, const at::Tensor& weight, double eps, double offset) {
   const char* op = "paged::rms_norm";
   check_device(input, op, "input", at::Device(at::kCPU));
   check_device(weight, op, "weight", at::Device(at::kCPU));
   check_device(out, op, "out", at::Device(at::kCPU));
-  check_dtype(input, op, "input", at::kFloat);
-  check_dtype(weight, op, "weight", at::kFloat);
-  check_dtype(out, op, "out", at::kFloat);
+  const auto dtype = check_float_or_bf16(op, input, {{"weight", &weight}, {"out", &out}});
   TORCH_CHECK(input.dim() == 2 || input.dim() == 3, op, ": input must be [rows, d] or [tokens, heads, d], got shape ",
               input.sizes());
   check_rows(input, op, "input");
@@ -363,18 +398,54 @@ void rms_norm_cpu(at::Tensor& out, const at::Tensor& input, const at::Tensor& we
   TORCH_CHECK(weight.is_contiguous(), op, ": weight must be contiguous");
   TORCH_CHECK(out.sizes() == input.sizes() && out.is_contiguous(), op, ": out must be a contiguous tensor shaped like "
               "input ", input.sizes(), ", got shape ", out.sizes(), " and strides ", out.strides());
-  const int64_t heads = input.dim() == 3 ? input.size(1) : 1;
-  const int64_t token_stride = input.stride(0), head_stride = input.dim() == 3 ? input.stride(1) : 0;
-  const float* in = input.const_data_ptr<float>();
-  const float* w = weight.const_data_ptr<float>();
-  float* dst = out.data_ptr<float>();
-  const int64_t rows = input.size(0) * heads;
-  at::parallel_for(0, rows, row_grain(d, 1 << 14), [&](int64_t begin, int64_t end) {
+  if (dtype == at::kFloat) {
+    rms_norm_rows<float>(out, input, weight, eps, offset);
+  } else {
+    rms_norm_rows<bf16_t>(out, input, weight, eps, offset);
+  }
+}
+
+template <typename T>
+void rotary_rows(at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t tokens = x.size(0), heads = x.size(1), d = x.size(2);
+  const int64_t token_stride = x.stride(0), head_stride = x.stride(1);
+  T* data = reinterpret_cast<T*>(x.data_ptr());
+  const T* c = reinterpret_cast<const T*>(cos.const_data_ptr());
+  const T* s = reinterpret_cast<const T*>(sin.const_data_ptr());
+  at::parallel_for(0, tokens * heads, row_grain(d, 1 << 14), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float* x = in + (r / heads) * token_stride + (r % heads) * head_stride;
-      cpu::rms_norm_row(x, w, dst + r * d, d, static_cast<float>(eps), static_cast<float>(offset));
+      const int64_t t = r / heads;
+      cpu::rotary_head(data + t * token_stride + (r % heads) * head_stride, c + t * d, s + t * d, d);
     }
   });
+}
+
+// query [tokens, heads, d] and key [tokens, kv_heads, d] rotated in place by cos/sin [tokens, d] (contiguous).
+void rotary_embedding_cpu(at::Tensor& query, at::Tensor& key, const at::Tensor& cos, const at::Tensor& sin) {
+  const char* op = "paged::rotary_embedding";
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&query, &key, &cos, &sin}) {
+    const char* name = t == &query ? "query" : (t == &key ? "key" : (t == &cos ? "cos" : "sin"));
+    check_device(*t, op, name, at::Device(at::kCPU));
+  }
+  const auto dtype = check_float_or_bf16(op, query, {{"key", &key}, {"cos", &cos}, {"sin", &sin}});
+  TORCH_CHECK(query.dim() == 3, op, ": query must be [tokens, heads, head_dim], got shape ", query.sizes());
+  TORCH_CHECK(key.dim() == 3, op, ": key must be [tokens, kv_heads, head_dim], got shape ", key.sizes());
+  const int64_t tokens = query.size(0), d = query.size(2);
+  TORCH_CHECK(d % 2 == 0, op, ": head_dim must be even, got ", d);
+  TORCH_CHECK(key.size(0) == tokens && key.size(2) == d, op, ": key must have query's tokens and head_dim (", tokens,
+              ", ", d, "), got shape ", key.sizes());
+  check_shape(cos, op, "cos", {tokens, d}, "[tokens, head_dim]");
+  check_shape(sin, op, "sin", {tokens, d}, "[tokens, head_dim]");
+  TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous(), op, ": cos and sin must be contiguous");
+  check_rows(query, op, "query");
+  check_rows(key, op, "key");
+  if (dtype == at::kFloat) {
+    rotary_rows<float>(query, cos, sin);
+    rotary_rows<float>(key, cos, sin);
+  } else {
+    rotary_rows<bf16_t>(query, cos, sin);
+    rotary_rows<bf16_t>(key, cos, sin);
+  }
 }
 
 // The index of each row's largest value (the first one; the first NaN if any), as torch.argmax(input, -1).
@@ -410,6 +481,7 @@ TORCH_LIBRARY(paged, m) {
   m.def("silu_and_mul(Tensor(a!) out, Tensor input) -> ()");
   m.def("gelu_tanh_and_mul(Tensor(a!) out, Tensor input) -> ()");
   m.def("rms_norm(Tensor(a!) out, Tensor input, Tensor weight, float eps, float offset) -> ()");
+  m.def("rotary_embedding(Tensor(a!) query, Tensor(b!) key, Tensor cos, Tensor sin) -> ()");
   m.def("argmax_rows(Tensor input) -> Tensor");
   // The instruction set the CPU kernels run with (isa.h): the active one, those this CPU supports, and a setter.
   m.def("cpu_isa() -> str", &cpu_isa);
@@ -426,6 +498,7 @@ TORCH_LIBRARY_IMPL(paged, CPU, m) {
   m.impl("silu_and_mul", &silu_and_mul_cpu);
   m.impl("gelu_tanh_and_mul", &gelu_tanh_and_mul_cpu);
   m.impl("rms_norm", &rms_norm_cpu);
+  m.impl("rotary_embedding", &rotary_embedding_cpu);
   m.impl("argmax_rows", &argmax_rows_cpu);
 }
 

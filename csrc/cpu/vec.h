@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -45,6 +46,13 @@ inline void store_float(float v, bf16_t* dst) {
   dst->bits = static_cast<uint16_t>(u >> 16);
 }
 
+template <typename T>
+inline float round_to(float v) {
+  T t;
+  store_float(v, &t);
+  return to_float(t);
+}
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 #if PAGED_AVX2
@@ -54,6 +62,32 @@ inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const bf16_t* p) {
   const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+
+// The bf16 bit patterns of 8 fp32 lanes (in the low halves), rounded to nearest even with NaN kept quiet: the
+// vector form of store_float above.
+inline __m256i bf16_bits8(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  return _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), _mm256_castps_si256(nan));
+}
+
+inline void store8(__m256 v, float* p) { _mm256_storeu_ps(p, v); }
+
+inline void store8(__m256 v, bf16_t* p) {
+  const __m256i bits = bf16_bits8(v);
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+}
+
+// v rounded to T's precision and widened back to fp32, what torch's ``x.to(T).float()`` gives: the kernels use it
+// where transformers casts an intermediate result to the model's dtype, so bf16 outputs round where theirs do.
+template <typename T>
+inline __m256 round8(__m256 v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  return _mm256_castsi256_ps(_mm256_slli_epi32(bf16_bits8(v), 16));
 }
 
 inline float hsum(__m256 v) {

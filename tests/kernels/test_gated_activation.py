@@ -1,5 +1,6 @@
 """``paged::silu_and_mul`` / ``paged::gelu_tanh_and_mul``: equal to torch's ``act(gate) * up`` (Gemma's GELU is
-the tanh approximation), including vector tails, extreme inputs and strided rows; torch.library checks; errors."""
+the tanh approximation), in fp32 and bf16, including vector tails, extreme inputs and strided rows; torch.library
+checks; errors."""
 
 from __future__ import annotations
 
@@ -23,6 +24,19 @@ def reference(activation: str, gate_up: torch.Tensor) -> torch.Tensor:
 def test_matches_torch(activation, rows, d):
     gate_up = torch.randn(rows, 2 * d, generator=torch.Generator().manual_seed(rows + d)) * 4
     torch.testing.assert_close(ops.gated_activation(activation, gate_up), reference(activation, gate_up))
+
+
+@pytest.mark.parametrize("activation", sorted(ops.GATED_ACTIVATIONS))
+@pytest.mark.parametrize(("rows", "d"), [(1, 3), (7, 13), (64, 2048)])
+def test_bf16_rounds_as_torch_does(activation, rows, d):
+    """torch rounds ``act(gate)`` to bf16, then the product: the kernel rounds at the same two places, so almost
+    every output is torch's exactly and the rest are one bf16 step away, or within 1e-5 of 0 where torch's tanh
+    saturates to -1 a little earlier than ours (GELU of x < -5)."""
+    gate_up = (torch.randn(rows, 2 * d, generator=torch.Generator().manual_seed(rows + d)) * 4).bfloat16()
+    got, expected = ops.gated_activation(activation, gate_up), reference(activation, gate_up)
+    assert got.dtype == torch.bfloat16
+    assert (got == expected).float().mean() >= 0.99
+    torch.testing.assert_close(got.float(), expected.float(), rtol=2**-7, atol=1e-5)
 
 
 @pytest.mark.parametrize("activation", sorted(ops.GATED_ACTIVATIONS))
@@ -50,7 +64,8 @@ def test_opcheck(name):
 @pytest.mark.parametrize(
     ("out", "gate_up", "message"),
     [
-        (torch.empty(3, 8), torch.randn(3, 16).double(), "input must be Float"),
+        (torch.empty(3, 8), torch.randn(3, 16).double(), "input must be float32 or bfloat16, got Double"),
+        (torch.empty(3, 8), torch.randn(3, 16).bfloat16(), "out must be BFloat16"),
         (torch.empty(3, 8), torch.randn(3, 15), r"input must be \[rows, 2 \* d\]"),
         (torch.empty(3, 7), torch.randn(3, 16), r"out must have shape \[rows, d\]"),
         (torch.empty(8, 3).T, torch.randn(3, 16), "out must be contiguous in its last dimension"),

@@ -1,5 +1,5 @@
-"""``paged::rms_norm``: equal to the torch RMSNorm the models use (plain and Gemma's ``1 + w``), on rows and on
-per-head views of a fused QKV output; torch.library checks; errors that name the argument."""
+"""``paged::rms_norm``: equal to the torch RMSNorm the models use (plain and Gemma's ``1 + w``, fp32 and bf16), on
+rows and on per-head views of a fused QKV output; torch.library checks; errors that name the argument."""
 
 from __future__ import annotations
 
@@ -23,6 +23,20 @@ def test_matches_torch(offset, rows, dim):
     norm = torch_norm(dim, offset, rows + dim)
     x = torch.randn(rows, dim, generator=torch.Generator().manual_seed(rows)) * 3
     torch.testing.assert_close(ops.rms_norm(x, norm.weight, norm.eps, offset), norm(x))
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.parametrize(("rows", "dim"), [(1, 3), (7, 13), (64, 640), (300, 256)])
+def test_bf16_rounds_as_torch_does(offset, rows, dim):
+    """In bf16 the module rounds where transformers does (Gemma once after the ``1 + w`` scale, Llama before the
+    weight and after it); the kernel rounds at the same places, so only fp32 summation order can tip a value."""
+    norm = torch_norm(dim, offset, rows + dim).to(torch.bfloat16)
+    x = (torch.randn(rows, dim, generator=torch.Generator().manual_seed(rows)) * 3).bfloat16()
+    got, expected = ops.rms_norm(x, norm.weight, norm.eps, offset), norm(x)
+    assert got.dtype == torch.bfloat16
+    differ = got != expected
+    assert differ.float().mean() <= 0.001
+    torch.testing.assert_close(got[differ].float(), expected[differ].float(), rtol=2**-7, atol=0)
 
 
 def test_per_head_views_of_a_fused_projection():
@@ -60,8 +74,9 @@ def test_opcheck():
 @pytest.mark.parametrize(
     ("out", "x", "weight", "message"),
     [
-        (torch.empty(3, 8), torch.randn(3, 8).double(), torch.randn(8), "input must be Float"),
+        (torch.empty(3, 8), torch.randn(3, 8).double(), torch.randn(8), "input must be float32 or bfloat16"),
         (torch.empty(3, 8), torch.randn(3, 8), torch.randn(8).double(), "weight must be Float"),
+        (torch.empty(3, 8), torch.randn(3, 8).bfloat16(), torch.randn(8).bfloat16(), "out must be BFloat16"),
         (torch.empty(8), torch.randn(8), torch.randn(8), r"input must be \[rows, d\] or \[tokens, heads, d\]"),
         (torch.empty(3, 8), torch.randn(3, 8), torch.randn(7), r"weight must have shape \[d\]"),
         (torch.empty(3, 7), torch.randn(3, 8), torch.randn(8), "out must be a contiguous tensor shaped like input"),

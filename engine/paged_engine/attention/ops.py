@@ -37,6 +37,7 @@ __all__ = [
     "panel_linear",
     "reshape_and_cache",
     "rms_norm",
+    "rotary_embedding_",
 ]
 
 
@@ -101,6 +102,10 @@ def _register_fakes() -> None:
     @torch.library.register_fake("paged::argmax_rows")
     def _(input):
         return input.new_empty((input.shape[0],), dtype=torch.int64)
+
+    @torch.library.register_fake("paged::rotary_embedding")
+    def _(query, key, cos, sin):
+        _check_same_device("paged::rotary_embedding", "query", query, key=key, cos=cos, sin=sin)
 
     @torch.library.register_fake("paged::rms_norm")
     def _(out, input, weight, eps, offset):
@@ -217,16 +222,23 @@ def argmax_rows(input: torch.Tensor) -> torch.Tensor:
 
 
 def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:
-    """``input * rsqrt(mean(input**2, -1) + eps) * (offset + weight)`` in one pass per row (CPU, fp32); ``input``
-    is ``[rows, d]`` or ``[tokens, heads, d]`` with contiguous rows; the result is contiguous."""
+    """``input * rsqrt(mean(input**2, -1) + eps) * (offset + weight)`` in one pass per row (CPU, fp32 or bf16
+    rounded where transformers rounds); ``input`` is ``[rows, d]`` or ``[tokens, heads, d]`` with contiguous rows;
+    the result is contiguous."""
     out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
     torch.ops.paged.rms_norm(out, input, weight, eps, offset)
     return out
 
 
+def rotary_embedding_(query: torch.Tensor, key: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    """Rotate ``query`` ``[T, heads, d]`` and ``key`` ``[T, kv_heads, d]`` in place by ``cos``/``sin`` ``[T, d]``
+    (``rotate_half`` convention; CPU, fp32 or bf16, bit-equal to ``layers.apply_rope``)."""
+    torch.ops.paged.rotary_embedding(query, key, cos, sin)
+
+
 def gated_activation(activation: str, gate_up: torch.Tensor) -> torch.Tensor:
-    """``act(gate) * up`` ``[rows, d]`` from ``gate_up`` ``[rows, 2d]`` in one pass (CPU, fp32); ``activation``
-    is a key of ``GATED_ACTIVATIONS``."""
+    """``act(gate) * up`` ``[rows, d]`` from ``gate_up`` ``[rows, 2d]`` in one pass (CPU, fp32 or bf16);
+    ``activation`` is a key of ``GATED_ACTIVATIONS``."""
     out = gate_up.new_empty((gate_up.shape[0], gate_up.shape[1] // 2))
     getattr(torch.ops.paged, GATED_ACTIVATIONS[activation])(out, gate_up)
     return out

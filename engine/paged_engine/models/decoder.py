@@ -94,6 +94,8 @@ class DecoderLayer(nn.Module):
             spec.attn_logit_softcap,
         )
         self.mlp = GatedMLP(spec.hidden_size, spec.intermediate_size, spec.activation, spec.mlp_bias)
+        # Set by DecoderForCausalLM.pack_weights_for_cpu: q and k rotated in place by one CPU kernel pass.
+        self.fused_rope = False
 
     def forward(self, x: torch.Tensor, rope: list[tuple[torch.Tensor, ...]], meta: AttentionMetadata) -> torch.Tensor:
         num_tokens = x.shape[0]
@@ -104,7 +106,10 @@ class DecoderLayer(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         cos, sin = rope[self.rope_index]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.fused_rope:
+            ops.rotary_embedding_(q, k, cos, sin)
+        else:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         h = self.o_proj(self.attn(q, k.contiguous(), v.contiguous(), meta).view(num_tokens, -1))
         if self.attn_out_norm is not None:
             h = self.attn_out_norm(h)
@@ -155,8 +160,8 @@ class DecoderForCausalLM(nn.Module):
 
     def pack_weights_for_cpu(self) -> None:
         """Pre-pack every GEMM weight, the LM head included (see ``cpu_gemm``), and, where the CPU kernels load,
-        run fp32 gated activations and RMSNorms through their one-pass ops. A tied head in panels also serves
-        the embedding lookups, which frees the dense rows."""
+        run gated activations, RMSNorms and RoPE (fp32 or bf16) through their one-pass ops. A tied head in panels also
+        serves the embedding lookups, which frees the dense rows."""
         tied = self.lm_head is None
         head = self.embed_tokens.weight if tied else self.lm_head.weight
         kernels = cpu_kernels_available()
@@ -164,9 +169,10 @@ class DecoderForCausalLM(nn.Module):
         if tied and isinstance(self.lm_head, PanelLinear):
             self.embed_tokens = PanelEmbedding(self.lm_head)
         pack_linear_layers(self, kernels)
-        if kernels and head.dtype == torch.float32:
+        if kernels and head.dtype in (torch.float32, torch.bfloat16):
             for layer in self.layers:
                 layer.mlp.fused_activation = layer.mlp.activation in ops.GATED_ACTIVATIONS
+                layer.fused_rope = True
             for norm in self.modules():
                 if isinstance(norm, RMSNorm):
                     norm.fused = True
