@@ -3,9 +3,9 @@
 * **Parent.** The span continues the trace context the client sent (W3C ``traceparent`` / ``tracestate``, or
   whatever ``OTEL_PROPAGATORS`` selects); without one it starts a trace.
 * **Child.** The replica receives the *router's* span context in place of the client's, so the engine's span
-  (which continues the context it receives) is a child of the router's. With tracing off the tracer is a
-  no-op whose span carries the client's context unchanged: the engine then continues the client's span
-  directly, as without a router.
+  (which continues the context it receives) is a child of the router's. With tracing off there is no span
+  and the client's headers pass unchanged (no parsing or injecting per request): the engine then continues
+  the client's span directly, as without a router.
 * **Attributes.** The model, the chosen replica, the policy and its reason, retries, the time spent waiting
   for a replica with room and the estimated prefix hit; the status the client got, and ``error.type`` (the
   router's reason) when the router refused the request or the replica failed mid-stream.
@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -58,6 +59,11 @@ class RouteSpan:
     """The span of one proxied request, from its arrival to the last byte relayed (or the router's refusal)."""
 
     def __init__(self, tracer: trace.Tracer, method: str, path: str, headers: Mapping[str, str]) -> None:
+        self._ended = False
+        self._context: Context | None = None
+        if isinstance(tracer, trace.NoOpTracer):  # tracing off: no span, the client's context passes unchanged
+            self._span: trace.Span = trace.INVALID_SPAN
+            return
         parent = propagate.extract(headers)
         self._span = tracer.start_span(
             f"{method} {path}",
@@ -66,10 +72,11 @@ class RouteSpan:
             attributes={"http.request.method": method, "url.path": path},
         )
         self._context = trace.set_span_in_context(self._span, parent)  # keeps the client's baggage
-        self._ended = False
 
-    def upstream_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
-        """``headers`` with the client's trace context replaced by this span's."""
+    def upstream_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        """``headers`` with the client's trace context replaced by this span's (unchanged with tracing off)."""
+        if self._context is None:
+            return headers
         fields = {f.lower() for f in propagate.get_global_textmap().fields}
         carrier = {k: v for k, v in headers.items() if k.lower() not in fields}
         propagate.inject(carrier, context=self._context)
