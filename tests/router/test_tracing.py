@@ -115,3 +115,15 @@ def test_a_request_the_router_refuses_ends_its_span_with_the_reason(fakes, in_pr
     assert attributes["http.response.status_code"] == 404
     assert span.status.status_code is StatusCode.UNSET  # a client error, not the router's
     assert seen(a)["requests"] == 0
+
+
+def test_a_replica_dying_mid_stream_marks_the_span_failed(fakes, in_process_router, exporter):
+    (a,) = fakes(1)
+    with in_process_router([a.url]) as client:
+        control(a, die_after_chunks=1)
+        body = {"model": FAKE_MODEL, "prompt": "x", "max_tokens": 4, "stream": True}
+        response = client.post("/v1/completions", json=body)
+        assert response.status_code == 200 and "failed mid-stream" in response.text
+    span = only_span(exporter)
+    assert (span.attributes or {})["error.type"] == "stream_error"
+    assert span.status.status_code is StatusCode.ERROR
