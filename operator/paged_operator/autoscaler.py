@@ -83,9 +83,10 @@ class AutoscalingPolicySpec:
     queue_drain_s: time in which replicas added for a queue above target should work off its excess.
     tolerance: relative dead band around capacity in which no change is made (0.1 = ±10 %).
     stabilization_window_up_s: a scale-up must be wanted for this long (the minimum recommendation
-        over the window is taken). 0 acts on the latest sample.
+        over the window is taken). 0 acts on the latest sample. Skipped under saturation and in a panic.
     stabilization_window_down_s: a scale-down takes the maximum recommendation over this window.
-    max_step_up / max_step_down: most replicas added / removed in one decision.
+    max_step_up / max_step_down: most replicas added / removed in one decision; under saturation (a
+        growing queue) up to ``max(max_step_up, capacity)`` are added.
     panic_threshold: demand / capacity ratio, averaged over ``panic_window_s``, that declares a burst.
     panic_window_s: averaging window for burst detection.
     panic_hold_s: how long panic mode lasts after the last burst sample (no scale-down meanwhile).
