@@ -39,8 +39,9 @@ RETRY_AFTER_S = 1
 
 
 def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The client's headers minus hop-by-hop ones: authorization and content type reach the engine unchanged
-    (the trace context is the router's span's, see ``tracing.RouteSpan.upstream_headers``)."""
+    """The client's headers minus hop-by-hop ones: authorization and content type reach the engine unchanged;
+    the trace context is then the router's span's (``tracing.RouteSpan.upstream_headers``), or the client's
+    with tracing off."""
     return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
 
 
