@@ -7,7 +7,11 @@ attainment, replica-hours, scale events and flaps; then the budget tuner on vs o
 whose budget overcommits KV. With ``--plots DIR`` it writes one PNG per trace (load and replicas
 over time per policy).
 
-    python benchmarks/bench_autoscaling.py [--quick] [--plots docs/img] [--slo 2.0]
+    python benchmarks/bench_autoscaling.py [--quick] [--plots docs/img] [--slo 2.0] [--seeds 3]
+
+With ``--seeds N`` every trace is generated N times (seeds 0..N-1) and a table per trace gives each
+policy's figures per seed, so no conclusion rests on one draw of the arrivals (the plots and the full
+tables are seed 0's).
 
 The baselines' targets are set from the same operating point as the paged controller's
 (one pod at ``kvCacheUsage`` 0.75, measured by ``operating_point``), except KEDA's queue threshold,
@@ -17,6 +21,7 @@ which is the production-stack chart's 5.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,9 +146,11 @@ def policies(trace: Trace, slo_s: float, point: OperatingPoint) -> dict[str, Cal
     }
 
 
-def evaluate(trace: Trace, scaler: Scaler, slo_s: float, *, budgets: Budgets = BUDGETS) -> tuple[RunRecord, Score]:
+def evaluate(
+    trace: Trace, scaler: Scaler, slo_s: float, *, budgets: Budgets = BUDGETS, seed: int = 0
+) -> tuple[RunRecord, Score]:
     record = run(
-        trace.requests(), scaler, duration_s=trace.duration_s, replicas=trace.replicas, budgets=budgets, model=MODEL
+        trace.requests(seed), scaler, duration_s=trace.duration_s, replicas=trace.replicas, budgets=budgets, model=MODEL
     )
     return record, score(record, ttft_slo_s=slo_s)
 
@@ -159,6 +166,27 @@ def table(rows: list[tuple[str, Score]], slo_s: float) -> str:
         for name, s in rows
     ]
     return "\n".join([head, *lines])
+
+
+def seed_table(per_seed: list[list[tuple[str, Score]]]) -> str:
+    """One row per policy: attainment, replica-hours and flaps of each seed."""
+    names = [name for name, _ in per_seed[0]]
+    seeds = range(len(per_seed))
+    head = "| policy | " + " | ".join(f"seed {i}: TTFT ≤ SLO / replica-hours / flaps" for i in seeds) + " |"
+    lines = [head, "|---|" + "---|" * len(per_seed)]
+    for name in names:
+        cells = []
+        for rows in per_seed:
+            s = dict(rows)[name]
+            cells.append(f"{s.slo_attainment:.1%} / {s.replica_hours:.2f} / {s.flaps}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def oracle_replica_hours(trace: Trace, point: OperatingPoint) -> float:
+    """Replica-hours of a fleet that always has exactly ``ceil(arrival rate / on-target rate)`` pods, started and
+    removed instantly: what holding the KV target costs at the least, whatever the policy."""
+    return sum(math.ceil(trace.profile(t) / point.rate - 1e-9) for t in range(int(trace.duration_s))) / 3600
 
 
 def verdict(rows: list[tuple[str, Score]], ours: str) -> str:
@@ -197,7 +225,7 @@ def plot(trace: Trace, records: dict[str, RunRecord], point: OperatingPoint, pat
     plt.close(fig)
 
 
-def tuner_comparison(quick: bool, slo_s: float) -> list[tuple[str, Score]]:
+def tuner_comparison(quick: bool, slo_s: float, seed: int = 0) -> list[tuple[str, Score]]:
     """Tuner on vs off, same autoscaler, on output-heavy traffic with a budget of 256 that overcommits KV."""
     scale = 0.25 if quick else 1.0
     day = 7200.0 * scale
@@ -206,7 +234,7 @@ def tuner_comparison(quick: bool, slo_s: float) -> list[tuple[str, Score]]:
     rows = []
     for name, tuner in (("tuner off", False), ("tuner on", True)):
         spec = controller_spec(paged_spec(None, tuner=tuner))
-        _, s = evaluate(trace, PagedScaler(spec, BUDGETS, interval_s=15), slo_s)
+        _, s = evaluate(trace, PagedScaler(spec, BUDGETS, interval_s=15), slo_s, seed=seed)
         rows.append((name, s))
     return rows
 
@@ -216,39 +244,59 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="quarter-length traces")
     parser.add_argument("--plots", type=Path, help="directory for one PNG per trace")
     parser.add_argument("--slo", type=float, default=2.0, help="TTFT objective in seconds")
+    parser.add_argument("--seeds", type=int, default=1, help="arrival draws per trace (seeds 0..N-1)")
     args = parser.parse_args()
+    if args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, got {args.seeds}")
     for trace in traces(args.quick):
-        records, rows = {}, []
         point = operating_point(trace.lengths)
-        for name, make in policies(trace, args.slo, point).items():
-            record, s = evaluate(trace, make(), args.slo)
-            records[name] = record
-            rows.append((name, s))
+        per_seed: list[list[tuple[str, Score]]] = []
+        for seed in range(args.seeds):
+            records, rows = {}, []
+            for name, make in policies(trace, args.slo, point).items():
+                record, s = evaluate(trace, make(), args.slo, seed=seed)
+                records[name] = record
+                rows.append((name, s))
+            per_seed.append(rows)
+            if seed == 0:
+                first = records
+        rows = per_seed[0]
         print(
-            f"\n### {trace.name} ({len(records['paged'].requests)} requests, {trace.duration_s / 60:.0f} min; "
+            f"\n### {trace.name} ({len(first['paged'].requests)} requests, {trace.duration_s / 60:.0f} min; "
             f"one pod on target serves {point.rate:.2f} requests/s with {point.in_flight:.0f} in flight)\n"
         )
         print(table(rows, args.slo))
-        for ours in ("paged", "paged+ttft-slo"):
-            print(f"\n{verdict(rows, ours)}")
+        print(
+            f"\nan oracle holding the KV target with instant pods needs {oracle_replica_hours(trace, point):.2f} "
+            "replica-hours (every seed)"
+        )
+        for seed, seed_rows in enumerate(per_seed):
+            for ours in ("paged", "paged+ttft-slo"):
+                print(f"\nseed {seed}: {verdict(seed_rows, ours)}")
+        if args.seeds > 1:
+            print(f"\n{seed_table(per_seed)}")
+        records = first
         if args.plots:
             args.plots.mkdir(parents=True, exist_ok=True)
             plot(trace, records, point, args.plots / f"autoscaling-{trace.name.replace('+', '-')}.png")
-    rows = tuner_comparison(args.quick, args.slo)
     print("\n### budget tuner on vs off (output-heavy diurnal, maxNumSeqs starts at 256)\n")
-    print("| tuner | preemptions | completed / s | output tokens / s | TTFT ≤ SLO | replica-hours |")
-    print("|---|---|---|---|---|---|")
-    for name, s in rows:
-        print(
-            f"| {name} | {s.preemptions} | {s.completed_per_s:.2f} | {s.output_tokens_per_s:.0f} "
-            f"| {s.slo_attainment:.1%} | {s.replica_hours:.2f} |"
+    print("| seed | tuner | preemptions | completed / s | output tokens / s | TTFT ≤ SLO | replica-hours |")
+    print("|---|---|---|---|---|---|---|")
+    verdicts = []
+    for seed in range(args.seeds):
+        rows = tuner_comparison(args.quick, args.slo, seed)
+        for name, s in rows:
+            print(
+                f"| {seed} | {name} | {s.preemptions} | {s.completed_per_s:.2f} | {s.output_tokens_per_s:.0f} "
+                f"| {s.slo_attainment:.1%} | {s.replica_hours:.2f} |"
+            )
+        (_, off), (_, on) = rows
+        cut = 1 - on.preemptions / off.preemptions if off.preemptions else 0.0
+        verdicts.append(
+            f"seed {seed}: preemptions cut by {cut:.0%}; throughput on/off "
+            f"{on.completed_per_s / off.completed_per_s:.3f}x (target: cut >= 50 % at equal throughput)"
         )
-    (_, off), (_, on) = rows
-    cut = 1 - on.preemptions / off.preemptions if off.preemptions else 0.0
-    print(
-        f"\npreemptions cut by {cut:.0%}; throughput on/off {on.completed_per_s / off.completed_per_s:.3f}x "
-        f"(target: cut >= 50 % at equal throughput)"
-    )
+    print("\n" + "\n".join(verdicts))
 
 
 if __name__ == "__main__":

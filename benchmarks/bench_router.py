@@ -153,10 +153,11 @@ def engine_command(folder: Path, port: int, args: argparse.Namespace) -> list[st
     ]  # fmt: skip
 
 
-def router_command(port: int, endpoints: list[str], policy: str) -> list[str]:
+def router_command(port: int, endpoints: list[str], policy: str, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "paged_platform.router", "--port", str(port), "--policy", policy,
         "--probe-interval", "0.5", "--log-level", "warning", *(a for e in endpoints for a in ("--endpoint", e)),
+        *extra,
     ]  # fmt: skip
 
 
@@ -308,7 +309,10 @@ def part_overhead(args: argparse.Namespace) -> None:
     with (
         started("upstream", [sys.executable, str(script), str(up_port)], upstream, 30),
         started(
-            "router-overhead", router_command(r_port, [upstream], "cache_aware"), f"http://127.0.0.1:{r_port}", 60
+            "router-overhead",
+            router_command(r_port, [upstream], "cache_aware", "--otel-exporter", args.otel_exporter),
+            f"http://127.0.0.1:{r_port}",
+            60,
         ) as router,  # fmt: skip
     ):
         asyncio.run(_hammer(router, 500, 8))  # warm-up: connections, code paths
@@ -319,7 +323,8 @@ def part_overhead(args: argparse.Namespace) -> None:
     ms = 1000.0
     p50 = (percentile(via, 50) - percentile(direct, 50)) * ms
     p99 = (percentile(via, 99) - percentile(direct, 99)) * ms
-    print(f"\nrouter overhead ({args.overhead_requests} requests each, policy cache_aware, 32-word prompt):")
+    print(f"\nrouter overhead ({args.overhead_requests} requests each, policy cache_aware, 32-word prompt, "
+          f"tracing {args.otel_exporter}):")  # fmt: skip
     print("| measure | direct | via router | added |\n|---|---:|---:|---:|")
     print(f"| latency p50, concurrency 1 (ms) | {percentile(direct, 50) * ms:.3f} | {percentile(via, 50) * ms:.3f} | "
           f"{p50:.3f} |")  # fmt: skip
@@ -347,6 +352,12 @@ def main() -> None:
     parser.add_argument("--model-dir", help="where the random model is written (default: a temp folder per size)")
     parser.add_argument("--overhead-requests", type=int, default=3000)
     parser.add_argument("--overhead-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--otel-exporter",
+        choices=("off", "console"),
+        default="off",
+        help="the router's tracing in the overhead part (console: a span per request, to its log)",
+    )
     args = parser.parse_args()
     unknown = set(args.policies.split(",")) - set(POLICY_NAMES)
     if unknown:

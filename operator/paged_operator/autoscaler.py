@@ -29,6 +29,14 @@ signal with a tolerance band and asymmetric stabilisation windows, and Knative's
 * **Stabilisation.** A scale-up needs every recommendation of the short up-window to agree (their
   minimum); a scale-down takes the largest recommendation of the long down-window. Fast up, slow
   down, and a load oscillating faster than the down-window never scales down.
+* **Saturation.** A queue above target that grows (arrivals outrun completions by more than the
+  tolerance) is capacity missing now, not a noisy sample: the scale-up skips the up-window and may
+  double the fleet in one step (``max(max_step_up, capacity)``, the HPA's default 100 % policy). In
+  the request-level simulation the up-window and the +4 step cost a burst 15 s to minutes, each
+  second of it a queue that the new pods cannot take over.
+* **Rising arrivals.** A scale-down is sized for the fleet's arrival rate one down-window ahead, at
+  its least-squares trend over that window: undoing it within that window is a flap, and on a
+  diurnal rise the count that is right now is short minutes later.
 * **Panic.** When the mean demand over the short panic window reaches ``panic_threshold`` ×
   capacity, the up-window is skipped and scale-down is blocked for ``panic_hold_s``. Only load
   signals (KV usage, queue, TTFT) count as a burst: preemptions measure contention inside a
@@ -75,9 +83,10 @@ class AutoscalingPolicySpec:
     queue_drain_s: time in which replicas added for a queue above target should work off its excess.
     tolerance: relative dead band around capacity in which no change is made (0.1 = ±10 %).
     stabilization_window_up_s: a scale-up must be wanted for this long (the minimum recommendation
-        over the window is taken). 0 acts on the latest sample.
+        over the window is taken). 0 acts on the latest sample. Skipped under saturation and in a panic.
     stabilization_window_down_s: a scale-down takes the maximum recommendation over this window.
-    max_step_up / max_step_down: most replicas added / removed in one decision.
+    max_step_up / max_step_down: most replicas added / removed in one decision; under saturation (a
+        growing queue) up to ``max(max_step_up, capacity)`` are added.
     panic_threshold: demand / capacity ratio, averaged over ``panic_window_s``, that declares a burst.
     panic_window_s: averaging window for burst detection.
     panic_hold_s: how long panic mode lasts after the last burst sample (no scale-down meanwhile).
@@ -150,13 +159,14 @@ class AutoscalingPolicySpec:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """One past evaluation: demand in replicas (unrounded; ``burst_demand`` from load signals only) and the
-    clamped replica count it asked for."""
+    """One past evaluation: demand in replicas (unrounded; ``burst_demand`` from load signals only), the
+    clamped replica count it asked for, and the fleet's arrival rate (requests/s; None before rates exist)."""
 
     time: float
     demand: float
     burst_demand: float
     replicas: int
+    arrivals: float | None = None
 
 
 @dataclass(frozen=True)
@@ -329,6 +339,39 @@ def capacity_on_target(
     return (*(k for k in kept if k[1] > rate), (now, rate))
 
 
+def _fleet_arrivals(view: FleetView) -> float | None:
+    rate = view.arrival_rate_per_replica
+    return None if rate is None else rate * view.ready
+
+
+def arrival_growth(history: list[Recommendation], horizon_s: float) -> float:
+    """Factor by which the fleet's arrival rate grows over ``horizon_s`` at its least-squares trend over
+    ``history``; 1 when it is flat, falling, or there are fewer than three rates spanning half the horizon."""
+    points = [(r.time, r.arrivals) for r in history if r.arrivals is not None]
+    if len(points) < 3 or points[-1][0] - points[0][0] < horizon_s / 2:
+        return 1.0
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_a = sum(a for _, a in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    slope = sum((t - mean_t) * (a - mean_a) for t, a in points) / var
+    now_rate = mean_a + slope * (points[-1][0] - mean_t)
+    if slope <= 0 or now_rate <= _EPS:
+        return 1.0
+    return (now_rate + slope * horizon_s) / now_rate
+
+
+def saturated(spec: AutoscalingPolicySpec, view: FleetView) -> bool:
+    """Requests wait above target and arrive faster than they complete: capacity is short now."""
+    arriving, done = view.arrival_rate_per_replica, view.completion_rate_per_replica
+    return (
+        view.waiting_per_replica > spec.target_waiting_per_replica
+        and arriving is not None
+        and done is not None
+        and arriving > done * (1.0 + spec.tolerance)
+    )
+
+
 def _replicas_for(demand: float, capacity: int, tolerance: float) -> int:
     """Round demand up to replicas, keeping the capacity when demand is within the tolerance band around it.
 
@@ -387,7 +430,7 @@ def decide(
     burst_demand = burst_top.demand if burst_top else 0.0
     history = (
         *(r for r in state.history if r.time > now - spec.history_s),
-        Recommendation(now, top.demand, burst_demand, raw),
+        Recommendation(now, top.demand, burst_demand, raw, _fleet_arrivals(view)),
     )
 
     def within(window_s: float) -> list[Recommendation]:
@@ -412,7 +455,7 @@ def decide(
         by = f" ({burst_top.name} asks for {target})" if burst_top else ""
         notes.append(f"panic{by}: burst of demand, scaling up without waiting, no scale-down")
     else:
-        up = min(r.replicas for r in within(spec.stabilization_window_up_s))
+        up = raw if saturated(spec, view) else min(r.replicas for r in within(spec.stabilization_window_up_s))
         down = max(r.replicas for r in within(spec.stabilization_window_down_s))
         if now - first_seen < spec.stabilization_window_up_s:
             up = min(up, capacity)
@@ -430,13 +473,22 @@ def decide(
         # Unserved requests: removing capacity would hand queued work to fewer engines.
         target = capacity
         notes.append("requests waiting above target: no scale-down")
+    growth = arrival_growth(within(spec.stabilization_window_down_s), spec.stabilization_window_down_s)
+    if target < capacity and growth > 1.0:
+        # A scale-down must still hold when it could next be undone: size it for the rising load one
+        # down-window ahead (on a diurnal rise, a count right for now is short minutes later: a flap).
+        ahead = spec.clamp(_replicas_for(top.demand * growth, capacity, spec.tolerance))
+        if ahead > target:
+            target = min(capacity, ahead)
+            notes.append(f"arrivals rising ×{growth:.2f} over {spec.stabilization_window_down_s:g} s: held at {target}")
     if floor is not None and target < min(capacity, floor):
         target = min(capacity, floor)
         notes.append(f"a scale-down below {floor} was undone recently: held at {target}")
     if starting and raw > ready and target == capacity:
         notes.append(f"{starting} starting replica(s) credited")
 
-    stepped = min(target, capacity + spec.max_step_up) if target > capacity else target
+    step_up = max(spec.max_step_up, capacity) if saturated(spec, view) else spec.max_step_up
+    stepped = min(target, capacity + step_up) if target > capacity else target
     stepped = max(stepped, capacity - spec.max_step_down) if stepped < capacity else stepped
     if stepped != target:
         notes.append(f"step limited to {stepped - capacity:+d}")

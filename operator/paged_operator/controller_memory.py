@@ -48,7 +48,7 @@ def encode(state: ControllerState) -> str:
     body: dict[str, Any] = {
         "v": VERSION,
         "autoscaler": {
-            "history": [[r.time, r.demand, r.burst_demand, r.replicas] for r in scaler.history],
+            "history": [[r.time, r.demand, r.burst_demand, r.replicas, r.arrivals] for r in scaler.history],
             "panicUntil": scaler.panic_until,
             "firstSeen": scaler.first_seen,
             "lastDown": list(scaler.last_down) if scaler.last_down is not None else None,
@@ -102,7 +102,7 @@ def decode(text: str | None, *, rate_window_s: float) -> ControllerState | None:
         scaler, arbiter, zero = body["autoscaler"], body["arbiter"], body.get("zero") or {}
         last_down = scaler["lastDown"]
         autoscaler = AutoscalerState(
-            history=tuple(Recommendation(float(t), float(d), float(b), int(n)) for t, d, b, n in scaler["history"]),
+            history=tuple(_recommendation(*row) for row in scaler["history"]),
             panic_until=_opt_float(scaler["panicUntil"]),
             first_seen=_opt_float(scaler["firstSeen"]),
             last_down=(
@@ -142,6 +142,11 @@ def _decode_tuner(body: Mapping[str, Any] | None) -> TunerState | None:
         itl_level=_opt_int(body["itlLevel"]),
         itl_until=_opt_float(body["itlUntil"]),
     )
+
+
+def _recommendation(t: object, d: object, b: object, n: object, arrivals: object = None) -> Recommendation:
+    """A history row; rows written before the arrival rate was kept have four fields."""
+    return Recommendation(float(t), float(d), float(b), int(n), _opt_float(arrivals))  # type: ignore[arg-type]
 
 
 def _opt_float(value: Any) -> float | None:

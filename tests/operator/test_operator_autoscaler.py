@@ -11,10 +11,13 @@ from operator_views import view
 from paged_operator.autoscaler import (
     AutoscalerState,
     AutoscalingPolicySpec,
+    Recommendation,
     ScaleDecision,
     ScalingLimit,
+    arrival_growth,
     compute_signals,
     decide,
+    saturated,
 )
 
 SPEC = AutoscalingPolicySpec(
@@ -120,6 +123,57 @@ def test_up_window_needs_sustained_demand() -> None:
     ds = run(spec, [{"kv": 0.5}, {"kv": 1.0}, {"kv": 0.5}, {"kv": 1.0}, {"kv": 1.0}, {"kv": 1.0}, {"kv": 1.0}], ready=3)
     assert [d.desired for d in ds] == [3, 3, 3, 3, 3, 4, 4]  # wanted at t=15, 20, 25: the whole window
     assert "up-stabilisation over 15 s holds at 3" in ds[4].reason  # the 0.5 seen at t=10 is still in the window
+
+
+def test_a_growing_queue_scales_up_without_waiting_for_the_up_window() -> None:
+    spec = replace(SPEC, stabilization_window_up_s=30)
+    growing = {"kv": 0.9, "waiting": 40, "arrival": 6.0, "completion": 4.0}  # arrivals outrun completions
+    assert saturated(spec, view(ready=4, **growing))
+    calm = [{"kv": 0.7}] * 7  # 35 s observed: the up-window is known in full (no restart guard)
+    d = run(spec, [*calm, growing], ready=4)[-1]
+    assert d.desired == 7 and not d.panic  # 4 x 6/4 + 0.3 to drain the backlog; under 2x capacity: no panic
+    # A queue that no longer grows, or KV alone, must be wanted for the whole window first.
+    steady = {"kv": 0.9, "waiting": 40, "arrival": 4.0, "completion": 4.0}
+    assert not saturated(spec, view(ready=4, **steady))
+    assert run(spec, [*calm, steady], ready=4)[-1].desired == 4
+    assert run(spec, [*calm, {"kv": 1.1}], ready=4)[-1].desired == 4
+
+
+def test_saturation_may_double_the_fleet_in_one_step() -> None:
+    spec = replace(SPEC, max_replicas=40)
+    (d,) = run(spec, [{"waiting": 40, "arrival": 12.0, "completion": 4.0}], ready=8)  # demand 24+
+    assert d.desired == 16 and d.step_limited and "step limited to +8" in d.reason
+    (d,) = run(spec, [{"kv": 0.5, "preempt": 5.0}], ready=8)  # preemptions are no saturation: +4 at most
+    assert d.desired == 12 and "step limited to +4" in d.reason
+
+
+def test_arrival_growth_is_the_least_squares_trend_over_the_horizon() -> None:
+    def history(rates: list[float | None], dt: float = 15.0) -> list[Recommendation]:
+        return [Recommendation(i * dt, 1.0, 1.0, 1, rate) for i, rate in enumerate(rates)]
+
+    assert arrival_growth(history([10.0 + i for i in range(21)]), 300) == pytest.approx((30 + 20) / 30)
+    assert arrival_growth(history([30.0 - i for i in range(21)]), 300) == 1.0  # falling: no growth
+    assert arrival_growth(history([10.0] * 21), 300) == 1.0
+    assert arrival_growth(history([10.0, 12.0, 14.0]), 300) == 1.0  # 30 s of rates say nothing about 300 s
+    assert arrival_growth(history([None] * 18 + [10.0, 11.0, 12.0]), 300) == 1.0
+
+
+def test_a_scale_down_holds_what_rising_arrivals_will_need_a_down_window_later() -> None:
+    def counts(rising: bool) -> list[int]:
+        state, ready, out = AutoscalerState(), 6, []
+        for i in range(60):  # KV says 1.8 / 0.75 = 2.4 replicas throughout
+            t = 5.0 * i
+            fleet = 12.0 + (i if rising else 0)  # +1 request/s per tick: +12 a down-window ahead
+            v = view(ready=ready, kv=1.8 / ready, arrival=fleet / ready, completion=fleet / ready, t=t)
+            d, state = decide(SPEC, state, v, ready=ready, starting=0, now=t)
+            ready = d.desired
+            out.append(ready)
+        return out
+
+    assert counts(rising=False)[-1] == 3  # ceil(2.4 x 1.1)
+    held = counts(rising=True)
+    assert held[-1] == 4  # ceil(2.4 x growth x 1.1) for the load a down-window ahead
+    assert held == sorted(held, reverse=True)  # still only down, one step at a time
 
 
 def test_max_step_up_and_limits() -> None:

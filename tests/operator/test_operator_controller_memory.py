@@ -27,7 +27,10 @@ NOW = 1_764_580_000.25
 
 def full_state() -> ControllerState:
     """A state with every remembered field set."""
-    history = tuple(Recommendation(NOW - 15 * i, 2.5 + i / 7, 1.25 + i / 3, 3 + i % 2) for i in range(20, 0, -1))
+    history = tuple(
+        Recommendation(NOW - 15 * i, 2.5 + i / 7, 1.25 + i / 3, 3 + i % 2, None if i > 18 else 9.5 + i / 9)
+        for i in range(20, 0, -1)
+    )
     scaler = AutoscalerState(
         history=history,
         panic_until=NOW + 40.5,
@@ -50,6 +53,15 @@ def full_state() -> ControllerState:
 def test_read_back_as_written() -> None:
     state = full_state()
     assert controller_memory.decode(controller_memory.encode(state), rate_window_s=SPEC.rate_window_s) == state
+
+
+def test_history_rows_written_before_arrival_rates_were_kept_still_read() -> None:
+    body = json.loads(controller_memory.encode(full_state()))
+    body["autoscaler"]["history"] = [row[:4] for row in body["autoscaler"]["history"]]
+    state = controller_memory.decode(json.dumps(body), rate_window_s=SPEC.rate_window_s)
+    assert state is not None
+    assert [r.arrivals for r in state.autoscaler.history] == [None] * 20
+    assert [r.replicas for r in state.autoscaler.history] == [r.replicas for r in full_state().autoscaler.history]
 
 
 def test_fresh_state_round_trips_and_fits_the_status_field() -> None:

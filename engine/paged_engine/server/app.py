@@ -28,6 +28,7 @@ from paged_engine.server.protocol import (
     TokenizeRequest,
 )
 from paged_engine.server.serving import Serving
+from paged_engine.server.tracing import TraceContext
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -95,6 +96,7 @@ def build_app(
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     app.add_middleware(CloseConnectionsWhen, closing=lambda: state.closing_connections)
+    app.add_middleware(TraceContext)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:

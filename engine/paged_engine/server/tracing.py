@@ -2,14 +2,16 @@
 
 Off by default (no provider is installed and spans are no-ops). ``--otel-exporter console`` prints spans;
 ``otlp`` sends them to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when the OTLP exporter package is installed.
+A request's span continues the trace context it arrived with (W3C ``traceparent``, e.g. the router's span):
+``TraceContext`` makes it the current context while the request is handled.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Any, Literal
 
-from opentelemetry import trace
+from opentelemetry import context, propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -61,3 +63,22 @@ class RequestSpan:
         self._span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
         self._span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
         self._span.end()
+
+
+class TraceContext:
+    """ASGI middleware: the trace context of each HTTP request's headers is the current one while it is served,
+    so spans started for it (``RequestSpan``) are children of the caller's span."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or []}
+        token = context.attach(propagate.extract(headers))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            context.detach(token)

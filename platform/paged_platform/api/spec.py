@@ -107,9 +107,9 @@ class ScaleUpPolicy(ApiModel):
     """How fast replicas are added."""
 
     stabilization_window_seconds: int = Field(30, ge=0, le=3600)
-    """How long the signals must ask for more replicas before replicas are added."""
+    """How long the signals must ask for more replicas before replicas are added (not while the queue grows)."""
     max_step: int = Field(4, ge=1, le=100)
-    """Most replicas added in one decision."""
+    """Most replicas added in one decision; while the queue grows, up to the current count (doubling)."""
 
 
 class ScaleDownPolicy(ApiModel):

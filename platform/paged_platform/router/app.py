@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
+from opentelemetry import trace
 from prometheus_client import CONTENT_TYPE_LATEST, Histogram, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,6 +26,7 @@ from paged_platform.router.policies import RouteRequest
 from paged_platform.router.pool import ReplicaPool
 from paged_platform.router.prompt import chunk_hashes, routing_text
 from paged_platform.router.proxy import forwarded_headers, open_upstream, relay, response_headers
+from paged_platform.router.tracing import RouteSpan
 
 log = logging.getLogger("paged_router")
 T = TypeVar("T")
@@ -46,9 +48,10 @@ class Router:
     pool: ReplicaPool
     session: aiohttp.ClientSession
 
-    def __init__(self, metrics: RouterMetrics, limits: Limits) -> None:
+    def __init__(self, metrics: RouterMetrics, limits: Limits, tracer: trace.Tracer | None = None) -> None:
         self.metrics = metrics
         self.limits = limits
+        self.tracer = tracer or trace.NoOpTracer()
 
     def attach(self, pool: ReplicaPool, session: aiohttp.ClientSession) -> None:
         self.pool = pool
@@ -95,26 +98,40 @@ class Router:
         model = "unknown"
         arrived = time.monotonic()
         cold = not any(r.ready for r in self.pool.replicas.values())  # held until a fleet at zero wakes
+        span = RouteSpan(self.tracer, request.method, request.url.path, request.headers)
         try:
             body = await self._read_body(request)
             route = self._route_request(body, request)
             model = route.model
+            span.model(model)
             self.metrics.arrivals.labels(model).inc()
             upstream = await _unless_client_leaves(request, open_upstream(
                 self.pool, self.session, self.metrics, route, request.url.path, body,
-                forwarded_headers(request.headers), self.limits.max_retries,
+                span.upstream_headers(forwarded_headers(request.headers)), self.limits.max_retries,
             ))  # fmt: skip
         except RouterError as exc:
             if model == "unknown":
                 self.metrics.arrivals.labels(model).inc()  # refused before its model was known: still an arrival
             self.metrics.rejected.labels(model, exc.reason).inc()
+            span.refused(exc.status, exc.reason, exc.message)
+            span.end()
             return exc.response()
         except ClientGoneError:
             self.metrics.rejected.labels(model, "client_gone").inc()
+            span.refused(499, "client_gone", "the client disconnected before the response started")
+            span.end()
             return Response(status_code=499)
+        except BaseException:
+            span.end()
+            raise
+        lease = upstream.lease
         self.metrics.prefix_queries.labels(model).inc(len(route.chunks))
-        self.metrics.prefix_hits.labels(model).inc(upstream.lease.decision.matched_chunks)
-        chunks = relay(upstream, self.pool, self.metrics)
+        self.metrics.prefix_hits.labels(model).inc(lease.decision.matched_chunks)
+        hit = lease.decision.matched_chunks / len(route.chunks) if route.chunks else None
+        span.routed(replica=lease.url, policy=self.pool.policy.name, reason=lease.decision.reason,
+                    retries=upstream.retries, queue_s=lease.queued_s, prefix_hit=hit)  # fmt: skip
+        span.responded(upstream.response.status)
+        chunks = relay(upstream, self.pool, self.metrics, span)
         if cold:
             chunks = _timing_first_chunk(chunks, arrived, self.metrics.cold_starts.labels(model), model)
         return StreamingResponse(

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import uvicorn
+from opentelemetry import trace
 from starlette.applications import Starlette
 
 from paged_platform.router.app import Limits, Router, build_app
@@ -20,6 +21,7 @@ from paged_platform.router.discovery import watch_endpoint_slices
 from paged_platform.router.metrics import RouterMetrics
 from paged_platform.router.policies import DEFAULT_POLICY, POLICY_NAMES, PolicyParams, make_policy
 from paged_platform.router.pool import ReplicaPool
+from paged_platform.router.tracing import EXPORTERS, Exporter, configure_tracing
 
 log = logging.getLogger("paged_router")
 
@@ -43,6 +45,7 @@ class Options:
     connect_timeout: float
     read_timeout: float
     log_level: str
+    otel_exporter: Exporter = "off"
 
 
 def _at_least(minimum: float, kind: type = int):  # type: ignore[no-untyped-def]
@@ -114,6 +117,9 @@ def parser() -> argparse.ArgumentParser:
     lim.add_argument("--read-timeout", type=_positive_float, default=600.0,
                      help="seconds a replica may stay silent mid-response")  # fmt: skip
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--otel-exporter", choices=EXPORTERS, default="off",
+                   help="OpenTelemetry spans, one per proxied request: off, console, or otlp "
+                        "(to $OTEL_EXPORTER_OTLP_ENDPOINT)")  # fmt: skip
     return p
 
 
@@ -133,7 +139,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                       session_header=a.session_header.lower()),
         max_in_flight=a.max_inflight_per_replica, max_queue=a.max_queue, queue_timeout=a.queue_timeout,
         probe_interval=a.probe_interval, connect_timeout=a.connect_timeout, read_timeout=a.read_timeout,
-        log_level=a.log_level,
+        log_level=a.log_level, otel_exporter=a.otel_exporter,
     )  # fmt: skip
 
 
@@ -157,9 +163,10 @@ async def _discovery(options: Options, pool: ReplicaPool) -> AsyncIterator[None]
                 await task
 
 
-def create_app(options: Options) -> Starlette:
-    """The router's app; its lifespan opens the upstream session, the pool and discovery, and closes them."""
-    router = Router(RouterMetrics(), options.limits)
+def create_app(options: Options, tracer: trace.Tracer | None = None) -> Starlette:
+    """The router's app; its lifespan opens the upstream session, the pool and discovery, and closes them.
+    Spans go to ``tracer`` if given (tests), else to the exporter the options name."""
+    router = Router(RouterMetrics(), options.limits, tracer or configure_tracing(options.otel_exporter))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

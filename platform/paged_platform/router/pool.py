@@ -35,6 +35,7 @@ class Lease:
         self.replica = replica
         self.decision = decision
         self.model = model
+        self.queued_s = 0.0  # how long the request waited in its model's queue for this lease
         self._released = False
 
     @property
@@ -153,7 +154,8 @@ class ReplicaPool:
             lease = await queue.admit(lambda: self.try_lease(request))
         finally:
             gauge.dec()
-        self.metrics.queue_time.labels(request.model).observe(time.perf_counter() - start)
+        lease.queued_s = time.perf_counter() - start
+        self.metrics.queue_time.labels(request.model).observe(lease.queued_s)
         return lease
 
     def wake(self, model: str | None = None) -> None:

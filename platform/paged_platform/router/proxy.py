@@ -25,6 +25,7 @@ from paged_platform.router.metrics import RouterMetrics
 from paged_platform.router.policies import RouteRequest
 from paged_platform.router.pool import Lease, ReplicaPool
 from paged_platform.router.queue import QueueFullError, QueueTimeoutError
+from paged_platform.router.tracing import RouteSpan
 
 log = logging.getLogger("paged_router")
 
@@ -38,8 +39,9 @@ RETRY_AFTER_S = 1
 
 
 def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The client's headers minus hop-by-hop ones: authorization, content type and the W3C trace context
-    (``traceparent``, ``tracestate``) reach the engine unchanged, so its spans continue the client's trace."""
+    """The client's headers minus hop-by-hop ones: authorization and content type reach the engine unchanged;
+    the trace context is then the router's span's (``tracing.RouteSpan.upstream_headers``), or the client's
+    with tracing off."""
     return {k: v for k, v in headers.items() if k.lower() not in HOP_BY_HOP}
 
 
@@ -49,8 +51,11 @@ def response_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class Upstream:
+    """The replica's response, the lease it runs under, and how many other replicas refused it first."""
+
     lease: Lease
     response: aiohttp.ClientResponse
+    retries: int = 0
 
 
 def _queue_error(exc: Exception, model: str, pool: ReplicaPool) -> RouterError:
@@ -107,7 +112,7 @@ async def open_upstream(
             if response.status != 503:
                 if refusal is not None:
                     refusal.close()
-                return Upstream(lease, response)
+                return Upstream(lease, response, len(tried) - 1)
             failure, detail = "unavailable", "answered 503"
             if refusal is not None:
                 refusal.close()
@@ -116,7 +121,7 @@ async def open_upstream(
         retry = pool.try_lease(request, excluded=frozenset(tried)) if len(tried) <= max_retries else None
         if retry is None:
             if refusal is not None:
-                return Upstream(lease, refusal)  # the engine's own 503 and its reason, relayed
+                return Upstream(lease, refusal, len(tried) - 1)  # the engine's own 503 and its reason, relayed
             lease.release()
             raise RouterError(
                 503,
@@ -135,8 +140,8 @@ def stream_error_event(message: str) -> bytes:
     return b"data: " + error_body(502, message, "upstream_error") + b"\n\n"
 
 
-async def relay(upstream: Upstream, pool: ReplicaPool, metrics: RouterMetrics) -> AsyncIterator[bytes]:
-    """The response body chunk by chunk; closing the upstream connection however it ends."""
+async def relay(upstream: Upstream, pool: ReplicaPool, metrics: RouterMetrics, span: RouteSpan) -> AsyncIterator[bytes]:
+    """The response body chunk by chunk; closing the upstream connection and ending ``span`` however it ends."""
     response, lease = upstream.response, upstream.lease
     is_sse = response.content_type == "text/event-stream"
     tail = b"\n\n"
@@ -148,9 +153,11 @@ async def relay(upstream: Upstream, pool: ReplicaPool, metrics: RouterMetrics) -
         log.warning("replica %s failed mid-response: %s", lease.url, exc)
         pool.mark_unready(lease.url, f"failed mid-stream ({type(exc).__name__})")
         metrics.stream_errors.labels(lease.model, lease.url).inc()
+        span.failed("stream_error", f"replica failed mid-stream: {type(exc).__name__}")
         if is_sse:
             message = f"the replica serving this request failed mid-stream ({type(exc).__name__}); retry the request"
             yield (b"" if tail == b"\n\n" else b"\n\n") + stream_error_event(message)
     finally:
         response.close()
         lease.release()
+        span.end()
