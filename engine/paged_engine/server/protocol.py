@@ -130,6 +130,10 @@ class _SamplingFields(_Strict):
         None, description="the output is exactly one of these strings"
     )
     guided_grammar: str | None = Field(None, min_length=1, description="an EBNF grammar (start rule: root)")
+    # vLLM's beam-search extensions: n is the beam width, and all n beams are returned, best first
+    use_beam_search: bool = Field(False, description="beam search of width n (temperature 0, no stream)")
+    length_penalty: float = Field(1.0, ge=-10.0, le=10.0, description="beam score: logprob / length ** this")
+    early_stopping: bool | Literal["never"] = Field(False, description="beam search stop rule, as in transformers")
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _SamplingFields:
@@ -189,9 +193,12 @@ class _SamplingFields(_Strict):
         self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None
     ) -> SamplingParams:
         structured_output, _ = self.structured_output()
+        if self.use_beam_search and self.stream:
+            raise SamplingParamsError("stream", "stream is not supported with use_beam_search: beams end all at once")
+        default_temperature = 0.0 if self.use_beam_search else 1.0
         return SamplingParams(
             n=self.n,
-            temperature=1.0 if self.temperature is None else self.temperature,
+            temperature=default_temperature if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=-1 if self.top_k in (None, 0) else self.top_k,
             min_p=self.min_p or 0.0,
@@ -211,6 +218,9 @@ class _SamplingFields(_Strict):
             prompt_logprobs=prompt_logprobs,
             skip_special_tokens=self.skip_special_tokens,
             structured_output=structured_output,
+            use_beam_search=self.use_beam_search,
+            length_penalty=self.length_penalty,
+            early_stopping=self.early_stopping,
         )
 
 
