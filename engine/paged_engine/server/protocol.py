@@ -51,6 +51,27 @@ def one_constraint() -> dict[str, Any]:
     }
 
 
+def beam_search_rules(*, chat: bool) -> dict[str, Any]:
+    """JSON Schema: with ``use_beam_search: true``, the fields beam search cannot combine with keep their defaults
+    (``SamplingParams`` refuses them with a 400 naming each)."""
+    defaults: dict[str, Any] = {
+        "stream": {"const": False}, "n": {"maximum": 64}, "temperature": {"enum": [0, None]},
+        "top_p": {"enum": [1, None]}, "top_k": {"enum": [-1, 0, None]}, "min_p": {"enum": [0, None]},
+        "presence_penalty": {"enum": [0, None]}, "frequency_penalty": {"enum": [0, None]},
+        "repetition_penalty": {"enum": [1, None]}, "logit_bias": {"type": "null"},
+        "allowed_token_ids": {"type": "null"}, "min_tokens": {"const": 0}, "stop": {"type": "null"},
+        **{field: {"type": "null"} for field in CONSTRAINT_FIELDS},
+    }  # fmt: skip
+    if chat:
+        defaults.update(logprobs={"const": False}, tool_choice={"enum": ["none", "auto", None]})
+    else:
+        defaults.update(logprobs={"type": "null"})
+    return {
+        "if": {"properties": {"use_beam_search": {"const": True}}, "required": ["use_beam_search"]},
+        "then": {"properties": defaults},
+    }
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -89,7 +110,8 @@ class _SamplingFields(_Strict):
             "dependentSchemas": {
                 **requires("stream_options", stream=True)["dependentSchemas"],
                 **one_constraint()["dependentSchemas"],
-            }
+            },
+            **beam_search_rules(chat=False),
         },
     )
 
@@ -323,6 +345,7 @@ class ChatCompletionRequest(_SamplingFields):
                 **requires("top_logprobs", logprobs=True)["dependentSchemas"],
                 **one_constraint()["dependentSchemas"],
             },
+            **beam_search_rules(chat=True),
         },
     )
 
