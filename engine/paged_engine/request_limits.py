@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from paged_engine.core.beam_search import candidates_per_beam
 from paged_engine.core.scheduler import RequestValidationError
 from paged_engine.sampling_params import SamplingParams
 
@@ -59,6 +60,14 @@ class RequestLimits:
         self.check_token_ids("stop_token_ids", params.stop_token_ids)
         self.check_token_ids("logit_bias", params.logit_bias or ())
         self.check_token_ids("allowed_token_ids", params.allowed_token_ids or ())
+        if params.use_beam_search:
+            # Each beam reports its top K tokens, K = max(2, 1 + stop tokens) * n (the EOS counted as one).
+            candidates = candidates_per_beam(params.n, len(params.stop_token_ids) + 1)
+            if candidates > self.vocab_size:
+                raise RequestValidationError(
+                    "n", f"beam width n={params.n} needs {candidates} candidate tokens per beam, but the vocabulary "
+                    f"has {self.vocab_size}",
+                )  # fmt: skip
         for field, param in (("logprobs", logprobs_param), ("prompt_logprobs", "prompt_logprobs")):
             value = getattr(params, field)
             if value is not None and value > self.max_logprobs:

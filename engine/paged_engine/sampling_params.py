@@ -8,9 +8,12 @@ with the same message. What depends on the model (token ids, context, the logpro
 
 from __future__ import annotations
 
+import dataclasses
 import json as _json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 class SamplingParamsError(ValueError):
@@ -26,6 +29,7 @@ SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 STRUCTURED_OUTPUT_KINDS = ("json", "json_object", "regex", "choice", "grammar")
 MAX_STRUCTURED_CHOICES = 1024
 MAX_CONSTRAINT_CHARS = 1 << 16  # a regex, grammar, JSON schema or all choices together: compiled in the engine loop
+MAX_BEAM_WIDTH = 64  # each beam is a running sequence; the scheduler also caps n at max_num_seqs
 
 
 @dataclass
@@ -119,6 +123,10 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     structured_output: StructuredOutputParams | None = None  # constrain the output (JSON schema, regex, ...)
+    # Beam search (vLLM's extra parameters): ``n`` is the beam width and every beam is returned, best first.
+    use_beam_search: bool = False
+    length_penalty: float = 1.0  # a hypothesis scores cum_logprob / length ** length_penalty
+    early_stopping: bool | str = False  # True, False or "never", as transformers defines them
 
     def __post_init__(self) -> None:
         self.validate()
@@ -167,3 +175,38 @@ class SamplingParams:
             bad("allowed_token_ids", "allowed_token_ids must not be empty when given")
         if self.structured_output is not None:
             self.structured_output.validate()
+        if self.early_stopping not in (True, False, "never"):
+            bad("early_stopping", f'early_stopping must be true, false or "never", got {self.early_stopping!r}')
+        if not math.isfinite(self.length_penalty):
+            bad("length_penalty", f"length_penalty must be a finite number, got {self.length_penalty}")
+        if self.use_beam_search:
+            self._validate_beam_search(bad)
+
+    # What beam search leaves at its default: it ranks the model's own logprobs, so nothing may reshape them.
+    _BEAM_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "top_p": 1.0, "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0, "repetition_penalty": 1.0,
+        "logit_bias": None, "allowed_token_ids": None, "min_tokens": 0, "logprobs": None, "prompt_logprobs": None,
+        "structured_output": None,
+    }  # fmt: skip
+
+    def _validate_beam_search(self, bad: Callable[[str, str], None]) -> None:
+        if self.temperature != 0.0:
+            bad(
+                "temperature",
+                f"use_beam_search needs temperature 0 (beam search is not sampled), got {self.temperature}",
+            )
+        if self.top_k not in (-1, 0):
+            bad("top_k", f"top_k is not supported with use_beam_search, got {self.top_k}")
+        for name, default in self._BEAM_DEFAULTS.items():
+            if getattr(self, name) != default:
+                bad(name, f"{name} is not supported with use_beam_search (leave it at {default!r})")
+        if self.stop:
+            bad("stop", "stop strings are not supported with use_beam_search; use stop_token_ids")
+        if self.n > MAX_BEAM_WIDTH:
+            bad("n", f"the beam width n={self.n} exceeds the limit of {MAX_BEAM_WIDTH}")
+
+    def beam_member_params(self, num_candidates: int) -> SamplingParams:
+        """What each beam of this request samples with: greedy, reporting its top ``num_candidates`` logprobs."""
+        return dataclasses.replace(
+            self, n=1, temperature=0.0, seed=None, logprobs=num_candidates, use_beam_search=False
+        )

@@ -24,7 +24,7 @@ from paged_engine.core import (
 )
 from paged_engine.core.group_managers import cdiv
 from paged_engine.core.kv_cache_spec import FullAttentionSpec
-from paged_engine.core.outputs import ModelRunnerOutput, SchedulerOutput
+from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, SchedulerOutput
 from paged_engine.sampling_params import SamplingParams
 
 Slot = tuple[int, int]  # (token id, position)
@@ -36,6 +36,7 @@ class _RunnerRequest:
     num_computed: int
     tables: list[list[int]]
     n: int = 1
+    num_logprobs: int | None = None  # beams report their top-K
 
 
 @dataclass
@@ -63,6 +64,7 @@ class FakeRunner:
                 list(new.prompt_token_ids) + list(new.output_token_ids),
                 new.num_computed_tokens,
                 [list(ids) for ids in new.block_ids],
+                num_logprobs=new.sampling_params.logprobs,
             )
         for cached in out.cached_requests:
             state = self.states[cached.req_id]
@@ -77,6 +79,7 @@ class FakeRunner:
             self.kv[dst] = list(self.kv.get(src, [None] * self.block_size))
 
         sampled: dict[str, list[int]] = {}
+        logprobs: dict[str, list[Logprobs]] = {}
         for req_id, num_new in out.num_scheduled_tokens.items():
             state = self.states[req_id]
             start, end = state.num_computed, state.num_computed + num_new
@@ -105,7 +108,15 @@ class FakeRunner:
                 token = self.rng.randrange(self.vocab)
                 state.tokens.append(token)
                 sampled[req_id] = [token]
-        return ModelRunnerOutput(sampled_token_ids=sampled)
+                if state.num_logprobs is not None:
+                    logprobs[req_id] = [self._top_logprobs(token, state.num_logprobs)]
+        return ModelRunnerOutput(sampled_token_ids=sampled, logprobs=logprobs)
+
+    def _top_logprobs(self, sampled: int, num: int) -> Logprobs:
+        """Distinct tokens with decreasing logprobs (column 0: the sampled token), as the sampler reports them."""
+        top = self.rng.sample(range(self.vocab), min(num, self.vocab))
+        values = sorted((-self.rng.expovariate(1.0) for _ in top), reverse=True)
+        return Logprobs([sampled, *top], [values[0], *values], [1, *range(1, len(top) + 1)])
 
 
 def make_config(

@@ -21,6 +21,7 @@ add_op = st.tuples(
     st.sampled_from([None, None, "s"]),  # cache salt
     st.booleans(),  # ignore_eos
     st.integers(0, 2),  # min_tokens
+    st.sampled_from([None, None, None, True, False, "never"]),  # beam search (its early_stopping), or sampling
 )
 ops_strategy = st.lists(
     st.one_of(
@@ -71,6 +72,8 @@ def test_random_workloads_keep_every_invariant(data):
             ("prefix hit", result.stats.prefix_cache_hits),
             ("copy-on-write", out.copy_on_write),
             ("forked child", any(r.parent_request_id for r in scheduler.running)),
+            ("beam search advanced", any(r.is_beam and r.num_output_tokens for r in scheduler.running)),
+            ("beam preempted", any(r.is_beam for r in scheduler.waiting if r.num_preemptions)),
             (
                 "out-of-window block freed",
                 any(b.is_null for m in kv.groups for t in m.req_to_blocks.values() for b in t),
@@ -78,15 +81,22 @@ def test_random_workloads_keep_every_invariant(data):
         ):
             if happened:
                 event(name)  # coverage of the interesting paths, shown by --hypothesis-show-statistics
-        assert len(scheduler.running) + scheduler._reserved_seats <= max_num_seqs
+        beam_seats = sum(g.num_unseated() for g in scheduler._beams.values())
+        assert len(scheduler.running) + scheduler._reserved_seats + beam_seats <= max_num_seqs
         finished.update(o.req_id for o in result.outputs if o.finished)
 
     for number, op in enumerate(data.draw(ops_strategy, label="ops")):
         if op[0] == "add":
-            _, prefix, tail, max_tokens, n, priority, salt, ignore_eos, min_tokens = op
-            params = SamplingParams(
-                n=n, max_tokens=max_tokens, ignore_eos=ignore_eos, min_tokens=min(min_tokens, max_tokens)
-            )
+            _, prefix, tail, max_tokens, n, priority, salt, ignore_eos, min_tokens, beam = op
+            if beam is None:
+                params = SamplingParams(
+                    n=n, max_tokens=max_tokens, ignore_eos=ignore_eos, min_tokens=min(min_tokens, max_tokens)
+                )
+            else:
+                params = SamplingParams(
+                    n=n, temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos, use_beam_search=True,
+                    early_stopping=beam, length_penalty=float(min_tokens) - 0.5,
+                )  # fmt: skip
             req_id = f"r{number}"
             request = Request(req_id, BASE[:prefix] + tail, params, eos_token_id=0, priority=priority, cache_salt=salt)
             before = (len(scheduler.requests), len(scheduler.waiting), scheduler.kv.num_free_blocks)

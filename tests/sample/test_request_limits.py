@@ -23,6 +23,12 @@ LIMITS = RequestLimits(vocab_size=100, max_model_len=64, max_logprobs=5)
         ([1] * 60, {"max_tokens": 5}, "max_tokens", "max_tokens is 5, but the prompt has 60 tokens .* at most 4"),
         ([1, 2], {"logprobs": 6}, "logprobs", "logprobs is 6, but this server returns at most 5 logprobs"),
         ([1, 2], {"prompt_logprobs": 6}, "prompt_logprobs", "prompt_logprobs is 6, .* at most 5"),
+        (
+            [1, 2],
+            {"n": 51, "temperature": 0.0, "use_beam_search": True},
+            "n",
+            "beam width n=51 needs 102 candidate tokens per beam, but the vocabulary has 100",
+        ),
     ],
 )
 def test_a_request_outside_the_model_is_refused(prompt: list[int], kwargs: dict, param: str, message: str):

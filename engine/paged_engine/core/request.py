@@ -82,6 +82,7 @@ class Request:
         "cache_salt",
         "eos_token_id",
         "index",
+        "is_beam",
         "is_fork_parent",
         "num_cached_tokens",
         "num_computed_tokens",
@@ -132,7 +133,8 @@ class Request:
         # Parallel sampling: a parent (n > 1) computes the prompt once and is forked into children.
         self.parent_request_id: str | None = None
         self.index = 0  # child index within its parent's n samples
-        self.is_fork_parent = sampling_params.n > 1
+        self.is_fork_parent = sampling_params.n > 1 and not sampling_params.use_beam_search
+        self.is_beam = False  # one beam of a beam search (``parent_request_id``: the search's request id)
         # A fork parent's prompt logprobs, which it never reports itself: each child reports them with its first
         # output (a child computes only the last prompt token, which predicts no prompt token).
         self.prompt_logprobs: list[Logprobs | None] = []
@@ -178,14 +180,15 @@ class Request:
         """Order under the priority policy: lower value first, then earlier arrival."""
         return (self.priority, self.arrival_time)
 
-    def fork_child(self, index: int) -> Request:
-        """A child sharing this parent's prompt, progress and block hashes; it samples with n = 1."""
+    def fork_child(self, index: int, request_id: str | None = None) -> Request:
+        """A child sharing this parent's prompt, progress and block hashes; it samples with n = 1. Its id is
+        ``child_request_id(self.request_id, index)`` unless ``request_id`` is given."""
         params = self.sampling_params
         # Independent but reproducible streams: child i of a seeded parent uses seed + i.
         seed = None if params.seed is None else params.seed + index
         child_params = dataclasses.replace(params, n=1, seed=seed)
         child = Request(
-            child_request_id(self.request_id, index),
+            child_request_id(self.request_id, index) if request_id is None else request_id,
             self.prompt_token_ids,
             child_params,
             eos_token_id=self.eos_token_id,

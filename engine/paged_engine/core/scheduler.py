@@ -14,6 +14,13 @@ Parallel sampling (``n > 1``): the parent computes the prompt except its last to
 into ``n`` children ``f"{parent_id}-{i}"`` that share its blocks (copy-on-write). Each child computes the
 last prompt token itself and samples independently. The parent counts as ``n`` running requests from
 admission on, so forking never exceeds ``max_num_seqs``.
+
+Beam search (``use_beam_search``, width ``n``): the request computes its prompt as beam 0 of a
+:class:`BeamGroup`; each beam reports its top-``K`` logprobs instead of appending its sampled token. Once every
+live beam of a group has reported, the policy picks the next beams, which are forked from their parents' block
+tables exactly like ``n > 1`` children (new ids, shared blocks, copy-on-write of a shared last block), and the
+parents are freed in the same step, so pruned beams give their blocks back at once. A group holds ``n`` seats
+from admission to its end; its outputs are its best ``n`` hypotheses, all in one final step.
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from .beam_group import BeamGroup
+from .beam_search import BeamSearch
 from .engine_output import EngineCoreOutput
 from .kv_cache_manager import ComputedBlocks, KVCacheManager, SlotAllocation
 from .kv_cache_spec import KVCacheConfig
-from .outputs import CachedRequestData, ModelRunnerOutput, NewRequestData, SchedulerOutput
-from .request import Request, RequestStatus, child_request_id
+from .outputs import CachedRequestData, Logprobs, ModelRunnerOutput, NewRequestData, SchedulerOutput
+from .request import FinishReason, Request, RequestStatus, child_request_id
 from .request_queue import make_queue
 from .scheduler_config import SchedulerConfig, SchedulerConfigError
 from .stats import SchedulerStats
@@ -58,6 +67,7 @@ class Scheduler:
         self._children: dict[str, list[str]] = {}  # fork parent id -> ids of its live children
         self._reserved_ids: set[str] = set()  # child ids of parents not forked yet
         self._reserved_seats = 0  # extra seats of running fork parents (n - 1 each)
+        self._beams: dict[str, BeamGroup] = {}  # beam-search request id -> its group
         self._sent: set[str] = set()  # requests whose state the model runner holds
         self._finished_ids: set[str] = set()  # to report in the next SchedulerOutput
         # Counters of the current step, reported and reset by update_from_output.
@@ -107,6 +117,9 @@ class Scheduler:
         if self.kv.block_hasher is not None:
             request.attach_block_hasher(self.kv.block_hasher)
         request.status = RequestStatus.WAITING
+        if params.use_beam_search:
+            self._add_beam_search(request)
+            return
         if request.is_fork_parent and request.num_prompt_tokens == 1:
             # Nothing to share before the last prompt token: the children start independently.
             children = [request.fork_child(i) for i in range(params.n)]
@@ -121,19 +134,48 @@ class Scheduler:
         self.requests[request.request_id] = request
         self.waiting.add(request)
 
+    def _add_beam_search(self, request: Request) -> None:
+        params = request.sampling_params
+        stop = set(params.stop_token_ids)
+        if request.eos_token_id is not None and not params.ignore_eos:
+            stop.add(request.eos_token_id)
+        room = self.config.max_model_len - request.num_prompt_tokens  # type: ignore[operator]
+        search = BeamSearch(
+            width=params.n,
+            max_new_tokens=room if params.max_tokens is None else min(params.max_tokens, room),
+            stop_token_ids=frozenset(stop),
+            length_penalty=params.length_penalty,
+            early_stopping=params.early_stopping,  # type: ignore[arg-type]
+        )
+        group = BeamGroup(request.request_id, search, [request])
+        request.sampling_params = params.beam_member_params(search.num_candidates)
+        request.is_beam = True
+        self._beams[request.request_id] = group
+        if params.n > 1:
+            self._reserved_ids.update(group.stream_ids())
+        self.requests[request.request_id] = request
+        self.waiting.add(request)
+
     @staticmethod
     def _child_ids(request: Request) -> list[str]:
         return [child_request_id(request.request_id, i) for i in range(request.sampling_params.n)]
 
     def _id_taken(self, request_id: str) -> bool:
-        return request_id in self.requests or request_id in self._reserved_ids or request_id in self._children
+        return (
+            request_id in self.requests
+            or request_id in self._reserved_ids
+            or request_id in self._children
+            or request_id in self._beams
+        )
 
     def _validate(self, request: Request) -> None:
         cfg = self.config
         rid = request.request_id
         if self._id_taken(rid):
             raise RequestValidationError("request_id", f"request id {rid!r} is already in use")
-        if request.is_fork_parent and any(self._id_taken(c) for c in self._child_ids(request)):
+        params = request.sampling_params
+        forks = request.is_fork_parent or (params.use_beam_search and params.n > 1)
+        if forks and any(self._id_taken(c) for c in self._child_ids(request)):
             raise RequestValidationError("request_id", f'child ids of {rid!r} ("{rid}-<i>") are already in use')
         num_prompt = request.num_prompt_tokens
         if num_prompt == 0:
@@ -145,7 +187,6 @@ class Scheduler:
                 "prompt",
                 f"request {rid!r}: prompt of {num_prompt} tokens is longer than max_model_len={cfg.max_model_len}",
             )
-        params = request.sampling_params
         if params.max_tokens is not None and params.max_tokens < 1:
             raise RequestValidationError("max_tokens", f"max_tokens must be at least 1, got {params.max_tokens}")
         if params.n > cfg.max_num_seqs:
@@ -158,6 +199,12 @@ class Scheduler:
             chunk = min(chunk, cfg.long_prefill_token_threshold)
         needed = self.kv.max_blocks_for(kv_tokens, chunk, extra_per_group=1 if params.n > 1 else 0)
         usable = self.kv.pool.num_usable_blocks
+        if params.use_beam_search and needed * params.n > usable:
+            raise RequestValidationError(
+                "n",
+                f"request {rid!r}: {params.n} beams of up to {needed} KV blocks each ({kv_tokens} tokens) may need "
+                f"{needed * params.n} blocks but the pool has only {usable}; lower n, the prompt or max_tokens",
+            )
         if needed > usable:
             raise RequestValidationError(
                 "prompt",
@@ -212,10 +259,15 @@ class Scheduler:
 
     def _admit_waiting(self, budget: int, scheduled: dict[str, int], allocations: dict[str, SlotAllocation]) -> int:
         max_seqs = self.config.max_num_seqs
+        beam_seats = sum(g.num_unseated() for g in self._beams.values()) if self._beams else 0
         while self.waiting and budget > 0:
             request = self.waiting.peek()
-            seats = request.sampling_params.n if request.is_fork_parent else 1
-            if len(self.running) + self._reserved_seats + seats > max_seqs:
+            group = self._beams[request.parent_request_id or request.request_id] if request.is_beam else None
+            if group is not None:
+                seats = 0 if group.started else group.width  # a started group's seats are held already
+            else:
+                seats = request.sampling_params.n if request.is_fork_parent else 1
+            if len(self.running) + self._reserved_seats + beam_seats + seats > max_seqs:
                 break
             computed = None
             num_computed = request.num_computed_tokens
@@ -236,7 +288,13 @@ class Scheduler:
             request.num_computed_tokens = num_computed
             request.status = RequestStatus.RUNNING
             self.running.append(request)
-            self._reserved_seats += seats - 1
+            if group is None:
+                self._reserved_seats += seats - 1
+            elif group.started:
+                beam_seats -= 1
+            else:
+                group.started = True
+                beam_seats += group.width - 1
             scheduled[request.request_id] = num_new
             allocations[request.request_id] = allocation
             budget -= num_new
@@ -345,6 +403,11 @@ class Scheduler:
                 num_prompt_tokens += min(computed, request.num_prompt_tokens) - start
             if computed // block_size > start // block_size:  # a block became full in this step
                 cache_blocks(request)
+            if request.is_beam:
+                if all_sampled.get(req_id):
+                    outputs += self._beam_reported(request, runner_output.logprobs[req_id][0])
+                    num_generated += 1
+                continue
             prompt_logprobs = all_prompt_logprobs.get(req_id) if all_prompt_logprobs else None
             if request.is_fork_parent:
                 request.prompt_logprobs.extend(prompt_logprobs or ())
@@ -412,6 +475,53 @@ class Scheduler:
         self._children[parent.request_id] = child_ids
         self._forget_in_runner(parent.request_id)
 
+    def _beam_reported(self, beam: Request, logprobs: Logprobs) -> list[EngineCoreOutput]:
+        """Record one beam's candidates; once every live beam of its group reported, advance the group: fork the
+        chosen continuations from their parents' blocks, then free every parent (pruned ones included)."""
+        group = self._beams[beam.parent_request_id or beam.request_id]
+        if not group.report(beam.request_id, logprobs):
+            return []
+        parents = group.members
+        continuations = group.search.step(group.take_reports())
+        children = [parents[c.parent].fork_child(0, group.new_member_id()) for c in continuations]
+        for parent_index, parent in enumerate(parents):
+            ids = [
+                child.request_id for child, c in zip(children, continuations, strict=True) if c.parent == parent_index
+            ]
+            self.kv.fork(parent.request_id, ids)
+        for child, continuation in zip(children, continuations, strict=True):
+            child.append_output_token(continuation.token_id)
+            child.parent_request_id = group.request_id
+            child.is_beam = True
+        computed = [p.status is RequestStatus.RUNNING for p in parents]  # else preempted after reporting
+        position = next((i for i, r in enumerate(self.running) if r.is_beam and r in parents), len(self.running))
+        for parent in parents:
+            self._retire_beam(parent)
+        running_children = []
+        for child, continuation in zip(children, continuations, strict=True):
+            self.requests[child.request_id] = child
+            if computed[continuation.parent]:
+                running_children.append(child)
+            else:
+                child.status = RequestStatus.PREEMPTED
+                self.waiting.prepend(child)
+        self.running[position:position] = running_children
+        group.members = children
+        if not group.search.done:
+            return []
+        del self._beams[group.request_id]
+        self._reserved_ids.difference_update(group.stream_ids())
+        return group.results(max(0, parents[0].num_cached_tokens))
+
+    def _retire_beam(self, beam: Request) -> None:
+        """A beam whose step is over: its children (if any) hold their own references to its blocks."""
+        if beam.status is RequestStatus.RUNNING:
+            self.running.remove(beam)
+        else:
+            self.waiting.remove(beam)
+        beam.status = RequestStatus.FORKED
+        self._release(beam)
+
     def _release(self, request: Request) -> None:
         """Free a finished request's blocks and forget it; the runner hears of it in the next step."""
         self.kv.free(request.request_id)
@@ -435,7 +545,13 @@ class Scheduler:
         return [out for rid in request_ids for out in self._finish(rid, RequestStatus.FINISHED_ABORTED)]
 
     def _finish(self, request_id: str, status: RequestStatus, error: str | None = None) -> list[EngineCoreOutput]:
-        """End a live request (or every child of a fork parent) with ``status``, freeing its blocks."""
+        """End a live request (or every child of a fork parent, or a whole beam search, named by its id or one of
+        its beams') with ``status``, freeing its blocks."""
+        request = self.requests.get(request_id)
+        is_beam = request is not None and request.is_beam
+        group = self._beams.get((request.parent_request_id or request_id) if is_beam else request_id)  # type: ignore[union-attr]
+        if group is not None:
+            return self._end_beam_search(group, status, error)
         outputs = []
         targets = [request_id] if request_id in self.requests else []
         targets += list(self._children.get(request_id, ()))
@@ -463,6 +579,20 @@ class Scheduler:
                 )
             )
         return outputs
+
+    def _end_beam_search(self, group: BeamGroup, status: RequestStatus, error: str | None) -> list[EngineCoreOutput]:
+        num_cached = max(0, group.members[0].num_cached_tokens) if group.members else 0
+        for beam in group.members:
+            if beam.status is RequestStatus.RUNNING:
+                self.running.remove(beam)
+            else:
+                self.waiting.remove(beam)
+            beam.status = status
+            self._release(beam)
+        del self._beams[group.request_id]
+        self._reserved_ids.difference_update(group.stream_ids())
+        reason = group.members[0].finish_reason if group.members else None
+        return group.ended(reason or FinishReason.ABORT, num_cached, error)
 
     # ---- stats ------------------------------------------------------------------------------------------
     def _take_stats(

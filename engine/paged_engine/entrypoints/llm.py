@@ -86,6 +86,29 @@ class LLM:
                 done[output.request_id] = output
         return [done[request_id] for request_id in ids]
 
+    def beam_search(
+        self,
+        prompts: PromptType | Sequence[PromptType],
+        beam_width: int,
+        max_tokens: int = 16,
+        length_penalty: float = 1.0,
+        early_stopping: bool | str = False,
+        ignore_eos: bool = False,
+    ) -> list[RequestOutput]:
+        """Beam search as vLLM's ``LLM.beam_search`` offers it: each output holds the ``beam_width`` finished
+        hypotheses, best first. The same as ``generate`` with ``SamplingParams(use_beam_search=True,
+        n=beam_width, temperature=0, ...)``."""
+        params = SamplingParams(
+            n=beam_width,
+            temperature=0.0,
+            max_tokens=max_tokens,
+            ignore_eos=ignore_eos,
+            use_beam_search=True,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+        )
+        return self.generate(prompts, params)
+
     def chat(
         self,
         messages: Conversation | Sequence[Conversation],

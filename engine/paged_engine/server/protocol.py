@@ -51,6 +51,27 @@ def one_constraint() -> dict[str, Any]:
     }
 
 
+def beam_search_rules(*, chat: bool) -> dict[str, Any]:
+    """JSON Schema: with ``use_beam_search: true``, the fields beam search cannot combine with keep their defaults
+    (``SamplingParams`` refuses them with a 400 naming each)."""
+    defaults: dict[str, Any] = {
+        "stream": {"const": False}, "n": {"maximum": 64}, "temperature": {"enum": [0, None]},
+        "top_p": {"enum": [1, None]}, "top_k": {"enum": [-1, 0, None]}, "min_p": {"enum": [0, None]},
+        "presence_penalty": {"enum": [0, None]}, "frequency_penalty": {"enum": [0, None]},
+        "repetition_penalty": {"enum": [1, None]}, "logit_bias": {"type": "null"},
+        "allowed_token_ids": {"type": "null"}, "min_tokens": {"const": 0}, "stop": {"type": "null"},
+        **{field: {"type": "null"} for field in CONSTRAINT_FIELDS},
+    }  # fmt: skip
+    if chat:
+        defaults.update(logprobs={"const": False}, tool_choice={"enum": ["none", "auto", None]})
+    else:
+        defaults.update(logprobs={"type": "null"})
+    return {
+        "if": {"properties": {"use_beam_search": {"const": True}}, "required": ["use_beam_search"]},
+        "then": {"properties": defaults},
+    }
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -89,7 +110,8 @@ class _SamplingFields(_Strict):
             "dependentSchemas": {
                 **requires("stream_options", stream=True)["dependentSchemas"],
                 **one_constraint()["dependentSchemas"],
-            }
+            },
+            **beam_search_rules(chat=False),
         },
     )
 
@@ -130,6 +152,10 @@ class _SamplingFields(_Strict):
         None, description="the output is exactly one of these strings"
     )
     guided_grammar: str | None = Field(None, min_length=1, description="an EBNF grammar (start rule: root)")
+    # vLLM's beam-search extensions: n is the beam width, and all n beams are returned, best first
+    use_beam_search: bool = Field(False, description="beam search of width n (temperature 0, no stream)")
+    length_penalty: float = Field(1.0, ge=-10.0, le=10.0, description="beam score: logprob / length ** this")
+    early_stopping: bool | Literal["never"] = Field(False, description="beam search stop rule, as in transformers")
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _SamplingFields:
@@ -189,9 +215,12 @@ class _SamplingFields(_Strict):
         self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None
     ) -> SamplingParams:
         structured_output, _ = self.structured_output()
+        if self.use_beam_search and self.stream:
+            raise SamplingParamsError("stream", "stream is not supported with use_beam_search: beams end all at once")
+        default_temperature = 0.0 if self.use_beam_search else 1.0
         return SamplingParams(
             n=self.n,
-            temperature=1.0 if self.temperature is None else self.temperature,
+            temperature=default_temperature if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=-1 if self.top_k in (None, 0) else self.top_k,
             min_p=self.min_p or 0.0,
@@ -211,6 +240,9 @@ class _SamplingFields(_Strict):
             prompt_logprobs=prompt_logprobs,
             skip_special_tokens=self.skip_special_tokens,
             structured_output=structured_output,
+            use_beam_search=self.use_beam_search,
+            length_penalty=self.length_penalty,
+            early_stopping=self.early_stopping,
         )
 
 
@@ -313,6 +345,7 @@ class ChatCompletionRequest(_SamplingFields):
                 **requires("top_logprobs", logprobs=True)["dependentSchemas"],
                 **one_constraint()["dependentSchemas"],
             },
+            **beam_search_rules(chat=True),
         },
     )
 

@@ -374,6 +374,9 @@ class Serving:
         )  # fmt: skip
         constraint = plan.constraint() if plan is not None else None
         if constraint is not None:
+            if params.use_beam_search:
+                raise bad_request("tool_choice required or a named function cannot be combined with use_beam_search",
+                                  "tool_choice")  # fmt: skip
             if params.structured_output is not None:
                 raise bad_request("tool_choice required or a named function cannot be combined with another output "
                                   "constraint", "tool_choice")  # fmt: skip
