@@ -13,10 +13,16 @@ record a decision. Invariants:
 
 Only failures of the API server itself count (no connection, a timeout, a 5xx, 429): a refusal (4xx) or a
 write conflict is a fact about the request, and is handled where it happens.
+
+kopf's own requests (its watches above all) retry along ``RetryForever``: kopf's default gives up after
+eight retries (about a minute), and a watch that gives up on a 5xx (an API server slow to start, an etcd away
+for longer) ends its watcher for good: the operator would run on without seeing any change.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -29,6 +35,18 @@ from paged_operator.status_builder import ConditionValue
 REASON = "APIUnavailable"
 #: Server-side failures a later attempt may not meet (the API server starting, etcd unavailable, overload).
 UNAVAILABLE_CODES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RetryForever:
+    """kopf's ``settings.networking.error_backoffs`` that never run out: ``steps``, then ``cap_s`` for ever.
+    kopf iterates it afresh for each request, so every request starts again from the first step."""
+
+    steps: tuple[float, ...] = (1, 1, 2, 3, 5, 8)
+    cap_s: float = 10.0
+
+    def __iter__(self) -> Iterator[float]:
+        return itertools.chain(self.steps, itertools.repeat(self.cap_s))
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,7 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = options.request_timeout_s
     settings.networking.connect_timeout = 10
+    settings.networking.error_backoffs = api_outage.RetryForever()  # a watch that gives up never comes back
     # Watching named namespaces needs no cluster-wide namespace listing (which a namespaced Role forbids).
     settings.scanning.disabled = not options.clusterwide
 

@@ -4,12 +4,14 @@ at the last decision carried out, and the first decision written afterwards repo
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import kopf
 import pytest
 from paged_operator import api_outage, children, handlers
 from paged_operator.budget_tuner import Budgets
@@ -176,3 +178,27 @@ async def test_through_an_outage_nothing_in_force_changes_and_the_gap_is_reporte
     assert (degraded["status"], degraded["reason"]) == ("False", "MetricsAvailable")
     assert len(outage_events()) == 1
     await shared.aclose()
+
+
+def test_kopf_retries_its_requests_for_as_long_as_the_api_server_is_away() -> None:
+    """kopf gives a request up once its backoffs run out, and a watch given up on a 5xx is not restarted: the
+    operator's backoffs never run out, and each request starts from the first step (kopf iterates afresh)."""
+    settings = kopf.OperatorSettings()
+    handlers.configure(settings=settings, memo=kopf.Memo(shared=handlers.Shared()))
+    backoffs = settings.networking.error_backoffs
+    assert not isinstance(backoffs, float | int) and not isinstance(backoffs, Sized)  # kopf counts no last attempt
+    first = list(itertools.islice(backoffs, 1000))
+    assert len(first) == 1000 and max(first) == 10.0 and sum(first) > 3600  # retrying through an hour's outage
+    assert list(itertools.islice(backoffs, 3)) == first[:3]
+
+
+async def test_a_proxy_page_in_front_of_the_api_server_is_an_api_error_not_a_crash() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(502, text="<html><body>502 Bad Gateway</body></html>")
+
+    kube = KubeApi(httpx.AsyncClient(base_url="https://api", transport=httpx.MockTransport(handler)))
+    with pytest.raises(ApiError) as raised:
+        await kube.get("/api/v1/namespaces/ns/pods")
+    await kube.aclose()
+    assert raised.value.code == 502 and "Bad Gateway" in raised.value.message
+    assert api_outage.is_unavailable(raised.value)
