@@ -352,7 +352,7 @@ def forget(body: kopf.Body, **_: Any) -> None:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
-async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
+async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, logger: Any, **kwargs: Any) -> None:
     """Decide every ``autoscaling.intervalSeconds``; the policies' state lives here, one loop per object.
 
     The children are read from kopf's watches when they are on (``child_reads``), else from the API server."""
@@ -366,7 +366,7 @@ async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, 
             md = _parse(snapshot)
             interval = float(md.spec.autoscaling.interval_seconds)
             with health.timed("control_loop"):
-                await loop.step(md, snapshot, interval)
+                await loop.step(md, snapshot, interval, logger)
         except ValidationError:
             pass  # reported by ``reconcile``; nothing to decide on
         if loop.at_zero:
@@ -401,16 +401,22 @@ class ControlLoop:
             return replace(state, tuner=budget_tuner.initial_state(spec.budget, budgets))
         return state
 
-    async def step(self, md: ModelDeployment, body: Mapping[str, Any], interval: float) -> None:
-        """One decision (``tick``). A failure is one log line; one because the API server was unavailable is
-        also counted towards the report the next decision written makes (``api_outage``)."""
+    async def step(
+        self, md: ModelDeployment, body: Mapping[str, Any], interval: float, logger: logging.LoggerAdapter[Any]
+    ) -> None:
+        """One decision (``tick``); a failure is one log line. ``logger`` is kopf's for the object, which also
+        posts a warning as an Event; a failure because the API server was unavailable is logged here only (no
+        Event could be posted) and counted towards the report the next decision written makes (``api_outage``)."""
         try:
             await self.tick(md, body)
         except (ApiError, httpx.HTTPError, kopf.TemporaryError, WriteConflict, NotLeading) as exc:
-            if api_outage.is_unavailable(exc):
-                self.outage = api_outage.skipped(self.outage, _now(), exc)
+            why = str(exc) or type(exc).__name__
+            if not api_outage.is_unavailable(exc):
+                logger.warning(f"decision skipped, retrying in {interval:g} s: {why}")
+                return
+            self.outage = api_outage.skipped(self.outage, _now(), exc)
             log.warning("%s/%s: decision skipped, retrying in %g s: %s", md.metadata.namespace, md.metadata.name,
-                        interval, str(exc) or type(exc).__name__)  # fmt: skip
+                        interval, why)  # fmt: skip
 
     async def tick(self, md: ModelDeployment, body: Mapping[str, Any]) -> None:
         kube = self.shared.kube

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import Mapping, Sized
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -141,7 +142,7 @@ async def test_through_an_outage_nothing_in_force_changes_and_the_gap_is_reporte
     async def step() -> None:
         clock[0] += 5
         engines.preemptions += 10.0  # 2 per second
-        await loop.step(md, body, 5)
+        await loop.step(md, body, 5, logging.LoggerAdapter(logging.getLogger("kopf.objects")))
 
     def outage_events() -> list[dict[str, Any]]:
         return [e for e in cluster.writes_to("/events") if e["reason"] == "APIUnavailable"]
