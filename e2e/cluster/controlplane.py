@@ -7,7 +7,9 @@ kubelet and pods reach it, and it publishes that address as the ``kubernetes`` S
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
+import signal
 import socket
 import ssl
 import time
@@ -76,11 +78,48 @@ class ControlPlane:
     #: Credentials of the real node's components (kubelet, kube-proxy, coredns), by component name.
     component_credentials: dict[str, Credentials] = field(repr=False)
     processes: ProcessGroup = field(repr=False)
+    #: The API server's command line, to start it again on the same port with the same etcd (``start_apiserver``).
+    apiserver_argv: list[str] = field(default_factory=list, repr=False)
+    start_timeout_s: float = 120.0
     startup_s: float = 0.0
 
     @property
     def server(self) -> str:
         return self.admin.server
+
+    # Control-plane faults, for tests that run on a control plane of their own (``kube_faulty_cluster``): every
+    # other component keeps running and reconnects on its own, as in a cluster whose API server restarts.
+
+    def stop_apiserver(self) -> None:
+        """Stop the API server (SIGTERM, as a rolling restart of a control-plane node does)."""
+        self.processes.stop("kube-apiserver")
+
+    def start_apiserver(self) -> None:
+        """Start the API server again with its first command line (same port, certificates and etcd) and wait until
+        it is ready. A no-op while it runs."""
+        if self.processes.find("kube-apiserver") is not None:
+            return
+        self.processes.start("kube-apiserver", self.apiserver_argv)
+        _wait_healthy(
+            self.processes, "kube-apiserver /readyz", f"{self.server}/readyz", self.pki.ca_cert,
+            self.start_timeout_s, token=self.admin.token,
+        )  # fmt: skip
+
+    def pause_etcd(self) -> None:
+        """Freeze etcd (SIGSTOP): its port stays open and every request to it hangs, as with a partitioned or
+        overloaded etcd; the API server stays up."""
+        self._signal_etcd(signal.SIGSTOP)
+
+    def resume_etcd(self) -> None:
+        """Let a paused etcd go on (SIGCONT); a no-op when it runs."""
+        self._signal_etcd(signal.SIGCONT)
+
+    def _signal_etcd(self, sig: signal.Signals) -> None:
+        etcd = self.processes.find("etcd")
+        if etcd is None:
+            raise ProcessError("etcd is not running")
+        etcd.ensure_running()
+        os.kill(etcd.pid, sig)
 
     def admin_client(self) -> KubeClient:
         return KubeClient(self.admin)
@@ -220,35 +259,33 @@ def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, proces
 
     api_port = free_port()
     server = f"https://{address}:{api_port}"
-    processes.start(
-        "kube-apiserver",
-        [
-            binaries.kube_apiserver,
-            f"--bind-address={address}",
-            f"--advertise-address={address}",
-            f"--secure-port={api_port}",
-            f"--cert-dir={workdir / 'apiserver-certs'}",
-            f"--tls-cert-file={pki.serving_cert}",
-            f"--tls-private-key-file={pki.serving_key}",
-            f"--client-ca-file={ca}",
-            f"--etcd-servers={etcd_url}",
-            f"--token-auth-file={token_file}",
-            "--authorization-mode=Node,RBAC",
-            "--anonymous-auth=false",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={pki.sa_public_key}",
-            f"--service-account-signing-key-file={pki.sa_private_key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # The reconciler would publish 127.0.0.1 as the `kubernetes` Service's endpoint, which endpoint
-            # validation rejects as loopback; without a real node nothing routes through that Service anyway.
-            *(["--endpoint-reconciler-type=none"] if config.loopback else []),
-            "--allow-privileged=true",
-            # The real node's kubelet registers its name as its Hostname address, which nothing resolves here;
-            # logs, exec and port-forward dial its InternalIP instead.
-            "--kubelet-preferred-address-types=InternalIP",
-            "--profiling=false",
-        ],
-    )
+    apiserver_argv = [
+        binaries.kube_apiserver,
+        f"--bind-address={address}",
+        f"--advertise-address={address}",
+        f"--secure-port={api_port}",
+        f"--cert-dir={workdir / 'apiserver-certs'}",
+        f"--tls-cert-file={pki.serving_cert}",
+        f"--tls-private-key-file={pki.serving_key}",
+        f"--client-ca-file={ca}",
+        f"--etcd-servers={etcd_url}",
+        f"--token-auth-file={token_file}",
+        "--authorization-mode=Node,RBAC",
+        "--anonymous-auth=false",
+        "--service-account-issuer=https://kubernetes.default.svc",
+        f"--service-account-key-file={pki.sa_public_key}",
+        f"--service-account-signing-key-file={pki.sa_private_key}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        # The reconciler would publish 127.0.0.1 as the `kubernetes` Service's endpoint, which endpoint
+        # validation rejects as loopback; without a real node nothing routes through that Service anyway.
+        *(["--endpoint-reconciler-type=none"] if config.loopback else []),
+        "--allow-privileged=true",
+        # The real node's kubelet registers its name as its Hostname address, which nothing resolves here;
+        # logs, exec and port-forward dial its InternalIP instead.
+        "--kubelet-preferred-address-types=InternalIP",
+        "--profiling=false",
+    ]
+    processes.start("kube-apiserver", apiserver_argv)
     admin = Credentials(server=server, ca_cert=ca, token=tokens["admin"], user="paged-admin")
     _wait_healthy(processes, "kube-apiserver /readyz", f"{server}/readyz", ca, timeout, token=admin.token)
 
@@ -338,6 +375,8 @@ def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, proces
         node_names=node_names,
         component_credentials=node_components,
         processes=processes,
+        apiserver_argv=[os.fspath(a) for a in apiserver_argv],
+        start_timeout_s=timeout,
     )
 
 

@@ -91,6 +91,10 @@ class ProcessGroup:
 
         return guarded
 
+    def find(self, name: str) -> ManagedProcess | None:
+        """The process started as ``name`` and not stopped since, if any."""
+        return next((p for p in self.processes if p.name == name), None)
+
     def stop(self, name: str, grace_s: float = 10.0) -> None:
         """Stop the process started as ``name`` (a no-op when there is none)."""
         for proc in [p for p in self.processes if p.name == name]:
@@ -109,6 +113,7 @@ def _terminate(proc: ManagedProcess, grace_s: float) -> None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGCONT)  # a process a test paused (SIGSTOP) would act on the SIGTERM only then
     try:
         proc.popen.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:

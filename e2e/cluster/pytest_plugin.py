@@ -5,6 +5,9 @@ plane, once per session; every process is stopped by PID at the end of the sessi
 Fixtures:
   kube_binaries       session   paths of the pinned binaries (built on first use)
   kube_cluster        session   the running ControlPlane: server URL, CA, admin credentials and kubeconfig
+  kube_faulty_cluster module    a ControlPlane of the module's own, whose API server tests may restart and whose
+                                etcd they may pause (``stop_apiserver`` ...): the session's cluster is unaffected;
+                                after each test it is running again (the function-scoped ``kube_faults``)
   kube_admin          session   a KubeClient acting as cluster admin
   kube_namespace      function  a fresh namespace (its default ServiceAccount exists), deleted afterwards
   kube_service_account function factory: a ServiceAccount with given RBAC rules -> ServiceAccountAccess
@@ -155,6 +158,24 @@ def kube_cluster(
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture(scope="module")
+def kube_faulty_cluster(kube_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with running_control_plane(
+        kube_binaries, tmp_path_factory.mktemp("kube-faulty"), ControlPlaneConfig(nodes=1)
+    ) as plane:
+        yield plane
+
+
+@pytest.fixture
+def kube_faults(kube_faulty_cluster: ControlPlane) -> Iterator[ControlPlane]:
+    """``kube_faulty_cluster`` for one test that injects faults: whatever it leaves stopped or paused runs again
+    afterwards, so the next test starts on a healthy control plane."""
+    yield kube_faulty_cluster
+    kube_faulty_cluster.resume_etcd()
+    kube_faulty_cluster.start_apiserver()
+    kube_faulty_cluster.ensure_running()
 
 
 @pytest.fixture(scope="session")

@@ -175,6 +175,11 @@ class SamplingParams:
             bad("allowed_token_ids", "allowed_token_ids must not be empty when given")
         if self.structured_output is not None:
             self.structured_output.validate()
+            if self.min_tokens > 0:
+                # A grammar may end (or allow only its end) before min_tokens: holding its stop back leaves the
+                # row no token to sample. The grammar decides where the output ends.
+                bad("min_tokens", "min_tokens cannot be combined with structured output (response_format, guided_*):"
+                    " the grammar decides where the output ends")  # fmt: skip
         if self.early_stopping not in (True, False, "never"):
             bad("early_stopping", f'early_stopping must be true, false or "never", got {self.early_stopping!r}')
         if not math.isfinite(self.length_penalty):

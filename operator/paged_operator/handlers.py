@@ -12,7 +12,8 @@ reconcile starts from the Deployment's live count, never from a possibly stale `
 
 Errors: an object the API types refuse is a permanent error (reported in the ``Ready`` condition and an
 Event; kopf does not retry it). API and network failures are temporary: ``reconcile`` is retried with
-exponential backoff, the daemon logs the failure and tries again at its next interval.
+exponential backoff, the daemon logs the failure and tries again at its next interval; decisions skipped
+because the API server was unavailable are reported once it answers (``api_outage``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pydantic import ValidationError
 
 from paged_operator import (
     admin_token,
+    api_outage,
     budget_tuner,
     children,
     controller_memory,
@@ -129,6 +131,7 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = options.request_timeout_s
     settings.networking.connect_timeout = 10
+    settings.networking.error_backoffs = api_outage.RetryForever()  # a watch that gives up never comes back
     # Watching named namespaces needs no cluster-wide namespace listing (which a namespaced Role forbids).
     settings.scanning.disabled = not options.clusterwide
 
@@ -363,11 +366,9 @@ async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, 
             md = _parse(snapshot)
             interval = float(md.spec.autoscaling.interval_seconds)
             with health.timed("control_loop"):
-                await loop.tick(md, snapshot)
+                await loop.step(md, snapshot, interval, logger)
         except ValidationError:
             pass  # reported by ``reconcile``; nothing to decide on
-        except (ApiError, httpx.HTTPError, kopf.TemporaryError, WriteConflict, NotLeading) as exc:
-            logger.warning(f"decision skipped, retrying in {interval:g} s: {exc}")
         if loop.at_zero:
             await loop.pause(md, stopped, interval)
         else:
@@ -383,6 +384,7 @@ class ControlLoop:
     state: ControllerState | None = None
     at_zero: bool = False  # scaled to zero, waiting for a router to hold a request
     not_serving: dict[str, str] = field(default_factory=dict)
+    outage: api_outage.Outage | None = None  # decisions skipped since the API server last answered
 
     def _state_for(self, spec: ControllerSpec, budgets: Budgets, memory: str | None = None) -> ControllerState:
         """Keep the policies' windows across spec changes; (re)start the tuner when it is switched on or when its
@@ -398,6 +400,23 @@ class ControlLoop:
         if state.tuner is None or state.tuner.budgets != spec.budget.clamp(budgets):
             return replace(state, tuner=budget_tuner.initial_state(spec.budget, budgets))
         return state
+
+    async def step(
+        self, md: ModelDeployment, body: Mapping[str, Any], interval: float, logger: logging.LoggerAdapter[Any]
+    ) -> None:
+        """One decision (``tick``); a failure is one log line. ``logger`` is kopf's for the object, which also
+        posts a warning as an Event; a failure because the API server was unavailable is logged here only (no
+        Event could be posted) and counted towards the report the next decision written makes (``api_outage``)."""
+        try:
+            await self.tick(md, body)
+        except (ApiError, httpx.HTTPError, kopf.TemporaryError, WriteConflict, NotLeading) as exc:
+            why = str(exc) or type(exc).__name__
+            if not api_outage.is_unavailable(exc):
+                logger.warning(f"decision skipped, retrying in {interval:g} s: {why}")
+                return
+            self.outage = api_outage.skipped(self.outage, _now(), exc)
+            log.warning("%s/%s: decision skipped, retrying in %g s: %s", md.metadata.namespace, md.metadata.name,
+                        interval, why)  # fmt: skip
 
     async def tick(self, md: ModelDeployment, body: Mapping[str, Any]) -> None:
         kube = self.shared.kube
@@ -441,7 +460,6 @@ class ControlLoop:
             router=await self._router_demand(reads, md) if spec.zero is not None else None,
         )
         plan, state = decide(spec, state, obs)
-        self.state = state
 
         now = _now()
         mine = owns_replicas(deployment)
@@ -471,6 +489,10 @@ class ControlLoop:
         if plan.budgets is not None:
             await kube.apply(children.config_map(md, uid, plan.budgets))
             in_force = plan.budgets
+        # Carried out: the policies go on from this decision. A decision the API server did not take leaves
+        # them at the last one carried out (a tuner whose new budget never reached the ConfigMap would
+        # otherwise see a budget it did not set, and start over).
+        self.state = state
         target = plan.target_budgets or starting_budgets(md.spec)
         push_failed = await self._push(md, body, serving, plan, target)
 
@@ -480,6 +502,7 @@ class ControlLoop:
         recorded: list[Decision] = []
         scaler = scale_subresource_writer(body) if plan.scale is not None else None
         memory = controller_memory.encode(state)  # written with the decisions it led to, or not at all
+        outage = api_outage.report(self.outage, now, current, budgets) if self.outage is not None else None
 
         def observed(status: ModelDeploymentStatus, _: Mapping[str, Any]) -> None:
             recorded.clear()  # runs again after a conflict, on the fresh status
@@ -507,6 +530,8 @@ class ControlLoop:
                 _set(status, cond.type, value, now, generation)
             if (missed := status_builder.budget_push_condition(push_failed)) is not None:
                 _set(status, "Degraded", missed, now, generation)
+            if outage is not None:  # reported once; the next decision sets Degraded from the metrics again
+                _set(status, "Degraded", outage, now, generation)
             if plan.scale is None:
                 who = f"set by {replicas_owner(deployment)}" if external else "replicas.min"
                 off = status_builder.ConditionValue("False", "AutoscalingDisabled", f"{desired} replicas ({who})")
@@ -516,6 +541,10 @@ class ControlLoop:
                      generation)  # fmt: skip
 
         await update_status(kube, body, observed)
+        if outage is not None:
+            self.outage = None
+            log.warning("%s/%s: the API server answers again: %s", namespace, name, outage.message)
+            await _warn(kube, body, api_outage.REASON, outage.message)
         health.observe_fleet(namespace, name, md.spec, desired, len(serving))
         self.at_zero = spec.zero is not None and desired == 0
         for decision in recorded:

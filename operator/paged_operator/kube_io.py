@@ -156,7 +156,11 @@ class KubeApi:
             params=params,
             headers={"Content-Type": content_type} if body is not None else None,
         )
-        data = response.json() if response.content else {}
+        try:
+            data = response.json() if response.content else {}
+        except ValueError:  # not the API server's JSON: a load balancer's or proxy's page in front of it
+            code = response.status_code if response.is_error else 502
+            raise ApiError(method, path, code, {"reason": "NotJSON", "message": response.text[:300]}) from None
         if response.is_error:
             raise ApiError(method, path, response.status_code, data if isinstance(data, dict) else {"message": data})
         return data

@@ -141,7 +141,7 @@ class LeaderElector:
                 await (self._write(wanted) if lease is not None else self._create(wanted))
         except (TimeoutError, ApiError, httpx.HTTPError) as exc:
             if not (isinstance(exc, ApiError) and exc.code == 409):  # 409: another candidate wrote first
-                log.warning("lease %s/%s: %s", self._namespace, self._name, exc or type(exc).__name__)
+                log.warning("lease %s/%s: %s", self._namespace, self._name, str(exc) or type(exc).__name__)
             return False
         self._renewed_at = sent
         health.LEADER.set(1)

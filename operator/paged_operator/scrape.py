@@ -142,7 +142,7 @@ class PrometheusSource:
             async with asyncio.timeout(self._timeout_s):
                 results = await asyncio.gather(*(self._query(name + selector) for name in names))
         except (TimeoutError, httpx.HTTPError, MetricsError) as exc:
-            why = f"Prometheus query failed: {exc or type(exc).__name__}"
+            why = f"Prometheus query failed: {str(exc) or type(exc).__name__}"
             return ScrapeResult(time=self._clock(), samples=(), failures={pod.name: why for pod in pods})
 
         scalars: dict[str, dict[str, float]] = {pod.name: {} for pod in pods}

@@ -36,6 +36,11 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def md_crd(kube_admin: KubeClient) -> str:
     """The generated CRD, server-side applied (an identical copy applied by another test is no conflict)."""
+    return apply_crd(kube_admin)
+
+
+def apply_crd(kube_admin: KubeClient) -> str:
+    """Server-side apply the generated CRD and wait until ModelDeployments are served; returns its name."""
     kube_admin.request(
         "PATCH",
         f"{CRDS}/{CRD_NAME}",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from e2e.cluster.client import ApiError, KubeClient
+
+if TYPE_CHECKING:
+    from tests.operator_k8s.conftest import OperatorProcess
 
 
 def md_path(namespace: str, name: str = "") -> str:
@@ -36,3 +40,9 @@ def get_or_none(client: KubeClient, path: str) -> dict[str, Any] | None:
 def settle(seconds: float) -> None:
     """Let the operator act (or not act) for a while before checking that nothing changed."""
     time.sleep(seconds)
+
+
+def metric(proc: OperatorProcess, name: str) -> float:
+    """The sum of a metric's samples on the operator's /metrics (0 when absent)."""
+    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.M)
+    return sum(float(m.group(2)) for m in pattern.finditer(proc.metrics()))

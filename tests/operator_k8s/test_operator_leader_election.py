@@ -3,7 +3,6 @@ takes over within the lease time and finishes the work; stopped, the leader hand
 
 from __future__ import annotations
 
-import re
 import secrets
 import signal
 import time
@@ -15,7 +14,7 @@ import pytest
 from e2e.cluster.access import ServiceAccountAccess
 from e2e.cluster.client import KubeClient, wait_for
 from tests.operator_k8s.conftest import CHART_SERVICE_ACCOUNT, OperatorProcess
-from tests.operator_k8s.helpers import md_path, model_deployment, settle
+from tests.operator_k8s.helpers import md_path, metric, model_deployment, settle
 
 pytestmark = pytest.mark.k8s
 LEASE = CHART_SERVICE_ACCOUNT  # the chart names the Lease after the release: "test-paged"
@@ -24,12 +23,6 @@ DURATION_S, DEADLINE_S, RETRY_S = 4, 3, 0.5
 
 def lease_path(ns: str) -> str:
     return f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{LEASE}"
-
-
-def metric(proc: OperatorProcess, name: str) -> float:
-    """The sum of a metric's samples on the operator's /metrics (0 when absent)."""
-    pattern = re.compile(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", re.M)
-    return sum(float(m.group(2)) for m in pattern.finditer(proc.metrics()))
 
 
 def acted(proc: OperatorProcess) -> float:

@@ -14,8 +14,6 @@ operator, seeing it in the router's queue, scales 0 → 1; once the engine is re
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import threading
 import time
@@ -28,69 +26,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.cluster.access import ServiceAccountAccess
-from e2e.cluster.client import STRATEGIC_MERGE_PATCH, KubeClient, wait_for
+from e2e.cluster.client import KubeClient, wait_for
 from tests.operator_k8s.conftest import OperatorProcess, free_port
 from tests.operator_k8s.helpers import condition, md_path, model_deployment
+from tests.operator_k8s.pod_processes import PodProcesses
 from tests.router.conftest import FAKE, FAKE_MODEL
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 NAME = "sleepy"
 IDLE_S = 30
-
-
-class Pods:
-    """Runs a process at each Running pod's IP that matches ``selector`` (what a kubelet would run there)."""
-
-    def __init__(self, client: KubeClient, ns: str, selector: str, commands: Any, log_dir: Path) -> None:
-        self.client, self.ns, self.selector, self.commands, self.log_dir = client, ns, selector, commands, log_dir
-        self.running: dict[str, tuple[str, list[subprocess.Popen[bytes]]]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.3):
-            pods = self.client.get(f"/api/v1/namespaces/{self.ns}/pods", labelSelector=self.selector)["items"]
-            running = [p for p in pods if p["status"].get("phase") == "Running"]
-            live = {p["metadata"]["name"]: p["status"].get("podIP") for p in running
-                    if not p["metadata"].get("deletionTimestamp")}  # fmt: skip
-            for name, ip in live.items():
-                if ip and name not in self.running:
-                    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-                    procs = []
-                    for i, command in enumerate(self.commands(name, ip)):
-                        log = (self.log_dir / f"{name}-{i}.log").open("wb")
-                        procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
-                    self.running[name] = (ip, procs)
-            for name in [n for n in self.running if n not in live]:
-                for proc in self.running.pop(name)[1]:
-                    proc.terminate()
-            for pod in running:
-                self._probe(pod)
-
-    def _probe(self, pod: dict[str, Any]) -> None:
-        """The kubelet's part kwok leaves out: Ready stays True while the process runs (the test bed's control
-        plane flips it otherwise, as ``fake_kubelet`` explains)."""
-        name = pod["metadata"]["name"]
-        if name not in self.running:
-            return
-        alive = all(proc.poll() is None for proc in self.running[name][1])
-        want = "True" if alive else "False"
-        have = next((c["status"] for c in pod["status"].get("conditions", []) if c["type"] == "Ready"), None)
-        if have != want:
-            self.client.patch(
-                f"/api/v1/namespaces/{self.ns}/pods/{name}/status",
-                {"status": {"conditions": [{"type": "Ready", "status": want}]}},
-                content_type=STRATEGIC_MERGE_PATCH,
-            )
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        for _, procs in self.running.values():
-            for proc in procs:
-                proc.terminate()
-                proc.wait(10)
 
 
 def router_metric(url: str, name: str) -> float:
@@ -99,15 +43,15 @@ def router_metric(url: str, name: str) -> float:
 
 
 @pytest.fixture
-def pods() -> Iterator[list[Pods]]:
-    started: list[Pods] = []
+def pods() -> Iterator[list[PodProcesses]]:
+    started: list[PodProcesses] = []
     yield started
     for p in started:
         p.close()
 
 
 def test_a_request_wakes_a_fleet_at_zero_and_idleness_puts_it_back(
-    kube_admin: KubeClient, kube_namespace: str, chart_access: ServiceAccountAccess, pods: list[Pods],
+    kube_admin: KubeClient, kube_namespace: str, chart_access: ServiceAccountAccess, pods: list[PodProcesses],
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     ns = kube_namespace
@@ -120,7 +64,7 @@ def test_a_request_wakes_a_fleet_at_zero_and_idleness_puts_it_back(
         operator.stop()
 
 
-def _wake_and_sleep(kube_admin: KubeClient, ns: str, pods: list[Pods], tmp_path: Path) -> None:
+def _wake_and_sleep(kube_admin: KubeClient, ns: str, pods: list[PodProcesses], tmp_path: Path) -> None:
     spec = {
         "replicas": {"min": 0, "max": 2},
         "router": {"enabled": True},
@@ -139,8 +83,8 @@ def _wake_and_sleep(kube_admin: KubeClient, ns: str, pods: list[Pods], tmp_path:
     def engine(name: str, ip: str) -> list[list[str]]:
         return [[sys.executable, str(FAKE), "8000", name, ip], [sys.executable, str(FAKE), str(replica_port), name]]
 
-    pods.append(Pods(kube_admin, ns, f"paged.dev/router={NAME}", router, tmp_path))
-    pods.append(Pods(kube_admin, ns, f"paged.dev/model-deployment={NAME}", engine, tmp_path))
+    pods.append(PodProcesses(kube_admin, ns, f"paged.dev/router={NAME}", router, tmp_path))
+    pods.append(PodProcesses(kube_admin, ns, f"paged.dev/model-deployment={NAME}", engine, tmp_path))
     routers = pods[0]
     ip = wait_for("the router pod runs", lambda: next(iter(routers.running.values()), (None,))[0], 120)
     url = f"http://{ip}:8080"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from paged_engine.sampling_params import MAX_LOGPROBS, SamplingParams, SamplingParamsError
+from paged_engine.sampling_params import MAX_LOGPROBS, SamplingParams, SamplingParamsError, StructuredOutputParams
 
 
 @pytest.mark.parametrize(
@@ -25,6 +25,12 @@ from paged_engine.sampling_params import MAX_LOGPROBS, SamplingParams, SamplingP
         ({"seed": 2**64}, "seed", rf"seed must be in \[{-(2**63)}, {2**64 - 1}\], got {2**64}"),
         ({"logit_bias": {5: 101.0}}, "logit_bias", r"token 5 must be in \[-100, 100\], got 101.0"),
         ({"allowed_token_ids": []}, "allowed_token_ids", "must not be empty"),
+        # A grammar may end before min_tokens (found by the long fuzz: GrammarViolation, a 500).
+        (
+            {"min_tokens": 4, "structured_output": StructuredOutputParams(regex="[ab]{2,5}")},
+            "min_tokens",
+            "min_tokens cannot be combined with structured output",
+        ),
     ],
 )
 def test_malformed_parameter_is_refused(kwargs: dict, param: str, message: str):

@@ -5,16 +5,19 @@ is ``python -m e2e.fuzz``. Crashes it found stay here as regression tests."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from schemathesis import GenerationMode
 
 from e2e.fuzz import Tally, check_health, fuzz_admin, fuzz_public
-from tests.server.conftest import ADMIN_TOKEN, API_KEY, ServerProcess, admin
+from tests.server.conftest import ADMIN_TOKEN, API_KEY, MODEL_NAME, ServerProcess, admin
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 EXAMPLES = 40
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 ADMIN_EXAMPLES = 24
 
 
@@ -74,3 +77,57 @@ def test_an_undrain_during_a_drains_linger_keeps_the_server_admitting(server: Se
         lingering.join()
         assert a.get("/admin/drain").json()["draining"] is False
     assert httpx.get(f"{server.url}/ready", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [{"guided_regex": "[ab]{2,5}"}, {"guided_choice": ["yes", "no"]}, {"response_format": {"type": "json_object"}}],
+)
+def test_min_tokens_with_structured_output_is_a_400_naming_min_tokens(
+    server: ServerProcess, constraint: dict[str, Any]
+) -> None:
+    """Found by the long fuzz: a grammar that can end before ``min_tokens`` left the row no token it could sample
+    (the stop tokens held back, everything else masked) and the request failed with a 500 (GrammarViolation)."""
+    body = {"model": MODEL_NAME, "prompt": [670, 1637, 0, 5, 240], "max_tokens": 8, "min_tokens": 4, **constraint}
+    response = httpx.post(f"{server.url}/v1/completions", json=body, headers=AUTH, timeout=60)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "min_tokens" and "min_tokens" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        (
+            {
+                "tools": [
+                    {"type": "function", "function": {"name": "f"}},
+                    {"type": "function", "function": {"name": "f"}},
+                ]
+            },
+            "tools",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "c1", "content": "1"},
+                ]
+            },
+            "messages",
+        ),
+    ],
+)
+def test_tool_errors_name_their_field_in_the_message(server: ServerProcess, extra: dict[str, Any], param: str) -> None:
+    """Found by the long fuzz: these 400s named the field in ``param`` but not in the message."""
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 4, **extra}
+    response = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=AUTH, timeout=60)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and param in error["message"], error

@@ -91,9 +91,11 @@ def _arguments(arguments: Any) -> dict[str, Any]:
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except ValueError:
-            raise SamplingParamsError("messages", f"tool-call arguments are not JSON: {arguments!r}") from None
+            raise SamplingParamsError(
+                "messages", f"messages: tool-call arguments are not JSON: {arguments!r}"
+            ) from None
     if not isinstance(arguments, dict):
-        raise SamplingParamsError("messages", f"tool-call arguments must be a JSON object, got {arguments!r}")
+        raise SamplingParamsError("messages", f"messages: tool-call arguments must be a JSON object, got {arguments!r}")
     return arguments
 
 
@@ -138,7 +140,7 @@ class ToolPlan:
             return None
         names = [_function(t).get("name") for t in tools]
         if any(not isinstance(n, str) or not n for n in names) or len(set(names)) != len(names):
-            raise SamplingParamsError("tools", "every tool needs a function with a unique, non-empty name")
+            raise SamplingParamsError("tools", "every function in tools needs a unique, non-empty name")
         choice = "auto" if tool_choice is None else tool_choice
         if choice == "none":
             return None
