@@ -61,6 +61,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
             kwargs["type"] = _checked(meta.get("parse") or _argument_type(owner, f.name))
             if "choices" in meta:
                 kwargs["choices"] = meta["choices"]
+            if "nargs" in meta:
+                kwargs["nargs"] = meta["nargs"]
         group.add_argument(flag_name(f), **kwargs)
 
 

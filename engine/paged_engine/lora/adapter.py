@@ -34,12 +34,8 @@ _PLACE = {hf: (fused, i) for fused, subs in FUSED_PROJECTIONS.items() for i, hf 
 
 def projection_shapes(spec: DecoderSpec) -> dict[str, tuple[int, int]]:
     """``(in_features, out_features)`` of every Hugging Face projection an adapter may target."""
-    q, kv, hidden, inter = (
-        spec.num_heads * spec.head_dim,
-        spec.num_kv_heads * spec.head_dim,
-        spec.hidden_size,
-        spec.intermediate_size,
-    )  # noqa: E501
+    q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    hidden, inter = spec.hidden_size, spec.intermediate_size
     return {
         "q_proj": (hidden, q), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (q, hidden),
         "gate_proj": (hidden, inter), "up_proj": (hidden, inter), "down_proj": (inter, hidden),
