@@ -80,6 +80,8 @@ class _CoreLoop:
                 result = self.engine.load_lora(**call.args)
             elif call.method == "unload_lora":
                 result = self.engine.unload_lora(**call.args)
+            elif call.method == "list_loras":
+                result = self.engine.lora_info()
             else:
                 return wire.ControlReply(call.call_id, error=f"unknown control method {call.method!r}")
         except LoraError as exc:

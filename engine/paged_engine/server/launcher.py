@@ -101,7 +101,8 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
         limits = RequestLimits(min(info["vocab_size"], tokenizer.vocab_size), info["max_model_len"],
                                info["max_logprobs"])  # fmt: skip
         state.serving = Serving(client, tokenizer, served_name, limits, args.max_waiting_requests, timeline,
-                                tool_parser=args.tool_call_parser)  # fmt: skip
+                                tool_parser=args.tool_call_parser, loras=[lora["name"] for lora in info["loras"]],
+                                on_lora_request=metrics.observe_lora_request)  # fmt: skip
         metrics.observe_budgets(info["max_num_seqs"], info["max_num_batched_tokens"])
         metrics.set_info(**{label: str(info[key]) for label, key in INFO_LABELS.items()})
         log.info("ready: serving %s on http://%s:%d (%s KV blocks of %d tokens, context %d, %s on %s)", served_name,
