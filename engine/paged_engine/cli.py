@@ -73,6 +73,15 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig.from_kwargs(model=model, **{name: getattr(args, name) for name in names})
 
 
+def served_model_name(args: argparse.Namespace) -> str:
+    """The model name clients use: ``--served-model-name``, else derived from MODEL."""
+    if args.served_model_name:
+        return str(args.served_model_name)
+    if args.model == DEFAULT_MODEL:
+        return "gemma-3-270m"
+    return Path(args.model).name.removesuffix(".gguf")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paged-engine", description="The paged inference engine.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -174,6 +183,9 @@ def main(argv: list[str] | None = None) -> None:
             config = engine_config(args)
         except (ValueError, TypeError) as exc:
             parser.error(str(exc))
+        shadowed = [m.name for m in config.lora_modules if m.name == served_model_name(args)]
+        if shadowed:
+            parser.error(f"--lora-modules: adapter name {shadowed[0]!r} is the served model name")
         try:
             config = fetched(config)
         except ModelSourceError as exc:

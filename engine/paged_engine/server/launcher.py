@@ -22,6 +22,7 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
+from paged_engine.cli import served_model_name
 from paged_engine.engine.config import EngineConfig
 from paged_engine.engine.core_proc import CoreProcAddresses, run_engine_core
 from paged_engine.request_limits import RequestLimits
@@ -67,7 +68,7 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
     exit_code = 0
     server: uvicorn.Server | None = None
 
-    served_name = args.served_model_name or _default_name(args.model)
+    served_name = served_model_name(args)
     metrics = EngineMetrics(served_name)
     client = EngineClient(process, core.input_address, core.output_address, metrics.observe_step)
     state = ServerState(client, metrics, args.api_key, args.admin_token)
@@ -189,9 +190,3 @@ class _AdminServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
-
-
-def _default_name(model: str) -> str:
-    if model == "default":
-        return "gemma-3-270m"
-    return Path(model).name.removesuffix(".gguf")
