@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paged_operator import children, status_builder
+from paged_operator import children, model_status, status_builder
 from paged_platform.api import AdapterStatus, ModelDeployment
 
 UID = "7f1c8d2e-0000-4000-8000-000000000002"
@@ -70,3 +70,20 @@ def test_status_lists_each_adapter_with_its_source() -> None:
         AdapterStatus(name="sql", source="huggingFace acme/sql-lora@v2"),
         AdapterStatus(name="chat", source="path chat/v1 on claim loras"),
     ]
+
+
+def test_a_failed_adapter_download_makes_model_ready_false_naming_the_adapter() -> None:
+    obj = md({"model": {"path": {"claimName": "w"}}, "adapters": ADAPTERS})
+    ok = {"name": "adapter-download-0", "state": {"terminated": {"exitCode": 0}}}
+    bad = {
+        "name": "adapter-download-3",
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1, "message": "ModelNotFound: s3://loras/med/ holds no objects"}},
+    }
+    pods = [{"metadata": {"name": "llm-1"}, "status": {"initContainerStatuses": [ok, bad]}}]  # fmt: skip
+    value = model_status.model_ready(obj, pods)
+    assert (value.status, value.reason) == ("False", "ModelNotFound")
+    assert value.message == ("downloading adapter med (s3://loras/med/) failed in pod llm-1: "
+                             "s3://loras/med/ holds no objects")  # fmt: skip
+    healthy = [{"metadata": {"name": "llm-1"}, "status": {"initContainerStatuses": [ok]}}]
+    assert model_status.model_ready(obj, healthy).reason == "NoDownload"

@@ -87,7 +87,12 @@ def test_model_name_selects_the_adapter(client: openai.OpenAI, server: ServerPro
                                             extra_body={"ignore_eos": True}))  # fmt: skip
     assert "".join(c.choices[0].text for c in stream if c.choices) == expected["one"]
     assert {c.model for c in stream} == {"one"}
-    assert scrape(server)["paged_lora_requests_total{lora_name=one}"] == before + 3
+    import anthropic
+
+    with anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0) as claude:
+        message = claude.messages.create(model="one", max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+    assert message.model == "one"
+    assert scrape(server)["paged_lora_requests_total{lora_name=one}"] == before + 4
 
 
 def test_unknown_model_is_a_404_naming_it(client: openai.OpenAI) -> None:
