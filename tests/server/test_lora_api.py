@@ -40,7 +40,7 @@ def server(tiny_gemma_dir: Path, adapters, tmp_path_factory: pytest.TempPathFact
     proc = start_server(
         tiny_gemma_dir, tmp_path_factory.mktemp("logs"), *COMMON_ARGS, "--api-key", API_KEY,
         "--admin-token", ADMIN_TOKEN, "--lora-modules", f"one={adapters['one']}", "--max-loras", "2",
-        "--max-lora-rank", "8",
+        "--max-lora-rank", "8", timeout=300.0,
     )  # fmt: skip
     yield proc
     proc.stop()
