@@ -51,6 +51,7 @@ class ControlReply(msgspec.Struct, tag="reply", array_like=True):
     result: Any = None
     error: str | None = None
     status: int = 400  # the HTTP status an error maps to (404: no such thing, 409: conflicts with state)
+    param: str | None = None  # the request field an error is about
 
 
 class StepOutputs(msgspec.Struct, tag="step", array_like=True):

@@ -31,6 +31,7 @@ def test_refusals_name_the_limit_and_change_nothing(name, rank, status, message)
     with pytest.raises(LoraError, match=message) as info:
         registry.add(name, "/x", rank)
     assert info.value.status == status
+    assert info.value.param in str(info.value)  # the field at fault (name or path) is named
     assert [x.name for x in registry.loaded()] == ["a"]
 
 

@@ -85,7 +85,7 @@ class _CoreLoop:
             else:
                 return wire.ControlReply(call.call_id, error=f"unknown control method {call.method!r}")
         except LoraError as exc:
-            return wire.ControlReply(call.call_id, error=str(exc), status=exc.status)
+            return wire.ControlReply(call.call_id, error=str(exc), status=exc.status, param=exc.param)
         except (ValueError, TypeError) as exc:
             return wire.ControlReply(call.call_id, error=str(exc))
         return wire.ControlReply(call.call_id, result=result)

@@ -275,7 +275,7 @@ class EngineCore:
         """Load the PEFT adapter at ``path`` as ``name`` into a free slot; refusals (:class:`LoraError`) name
         the limit and change nothing."""
         if self.loras is None or self.lora_slots is None:
-            raise LoraError("LoRA is off: start the engine with --enable-lora or --lora-modules")
+            raise LoraError("LoRA is off: start the engine with --enable-lora or --lora-modules", 409)
         self.loras.check_load(name, read_rank(path))  # cheap refusals before the weights are read
         adapter = load_adapter(path, self.model.spec, self.dtype)
         lora = self.loras.add(name, str(path), adapter.rank)
@@ -286,10 +286,10 @@ class EngineCore:
     def unload_lora(self, name: str) -> dict[str, Any]:
         """Unload ``name``; refused while requests using it are unfinished (their rows read its slot)."""
         if self.loras is None or self.lora_slots is None:
-            raise LoraError("LoRA is off: start the engine with --enable-lora or --lora-modules")
+            raise LoraError(f"no adapter named {name!r} is loaded (LoRA is off)", 404, "name")
         lora = self.loras.get(name)
         if lora is None:
-            raise LoraError(f"no adapter named {name!r} is loaded", status=404)
+            raise LoraError(f"no adapter named {name!r} is loaded", 404, "name")
         users = sum(r.adapter_id == lora.cache_id for r in self.scheduler.requests.values())
         if users:
             raise LoraError(f"adapter {name!r} serves {users} unfinished requests; retry when they are done", 409)

@@ -52,23 +52,28 @@ class LoraAdapter:
 
 def read_adapter_config(folder: Path) -> dict[str, Any]:
     config_file = folder / "adapter_config.json"
-    if not folder.is_dir():
-        raise LoraError(f"adapter path {str(folder)!r} is not a folder")
-    if not config_file.is_file():
-        raise LoraError(f"adapter path {str(folder)!r} has no adapter_config.json (not a PEFT adapter)")
+    try:  # a name too long or with a NUL byte raises instead of answering False
+        is_folder, has_config = folder.is_dir(), config_file.is_file()
+    except (OSError, ValueError) as exc:
+        raise LoraError(f"adapter path {str(folder)[:256]!r} cannot be read: {exc}", param="path") from None
+    if not is_folder:
+        raise LoraError(f"adapter path {str(folder)!r} is not a folder", param="path")
+    if not has_config:
+        raise LoraError(f"adapter path {str(folder)!r} has no adapter_config.json (not a PEFT adapter)", param="path")
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as exc:
-        raise LoraError(f"cannot read {config_file}: {exc}") from None
+        raise LoraError(f"adapter path {str(folder)!r}: cannot read adapter_config.json: {exc}", param="path") from None
     if not isinstance(config, dict):
-        raise LoraError(f"{config_file} is not a JSON object")
+        raise LoraError(f"adapter path {str(folder)!r}: adapter_config.json is not a JSON object", param="path")
     return config
 
 
-def _check_supported(config: dict[str, Any], where: Path) -> tuple[int, float]:
+def _check_supported(config: dict[str, Any], path: Path) -> tuple[int, float]:
     """``(rank, scale)`` of a plain LoRA config; anything else is refused naming the field."""
+    where = _where(path)
     if config.get("peft_type", "LORA") != "LORA":
-        raise LoraError(f"{where}: peft_type {config.get('peft_type')!r} is not supported, only LORA")
+        raise LoraError(f"{where}: peft_type {config.get('peft_type')!r} is not supported, only LORA", param="path")
     for key, ok in (
         ("use_dora", not config.get("use_dora")),
         ("bias", config.get("bias", "none") == "none" and not config.get("lora_bias")),
@@ -78,10 +83,11 @@ def _check_supported(config: dict[str, Any], where: Path) -> tuple[int, float]:
         ("alpha_pattern", not config.get("alpha_pattern")),
     ):
         if not ok:
-            raise LoraError(f"{where}: adapter_config.json sets {key}={config.get(key)!r}, which is not supported")
+            raise LoraError(f"{where}: adapter_config.json sets {key}={config.get(key)!r}, which is not supported",
+                            param="path")  # fmt: skip
     rank = config.get("r")
     if not isinstance(rank, int) or rank < 1:
-        raise LoraError(f"{where}: adapter_config.json needs a positive integer r, got {rank!r}")
+        raise LoraError(f"{where}: adapter_config.json needs a positive integer r, got {rank!r}", param="path")
     alpha = float(config.get("lora_alpha", rank))
     return rank, alpha / (math.sqrt(rank) if config.get("use_rslora") else rank)
 
@@ -92,7 +98,11 @@ def read_rank(folder: str | Path) -> int:
     return _check_supported(read_adapter_config(path), path)[0]
 
 
-def _place(key: str, num_layers: int) -> tuple[int, str, str]:
+def _where(path: Path) -> str:
+    return f"adapter path {str(path)!r}"
+
+
+def _place(key: str, num_layers: int, where: str) -> tuple[int, str, str]:
     """``(layer, hf_projection, "A"|"B")`` of a PEFT tensor name."""
     name = key.removeprefix("base_model.model.").removeprefix("model.")
     parts = name.split(".")
@@ -101,35 +111,38 @@ def _place(key: str, num_layers: int) -> tuple[int, str, str]:
         layer, proj = parts[1], parts[3]
         if layer.isdigit() and int(layer) < num_layers and proj in _PLACE:
             return int(layer), proj, parts[4][-1]
-    raise LoraError(f"adapter tensor {key!r} targets nothing this engine adapts (q/k/v/o, gate/up/down per layer)")
+    raise LoraError(f"{where}: tensor {key!r} targets nothing this engine adapts (q/k/v/o, gate/up/down per layer)",
+                    param="path")  # fmt: skip
 
 
 def load_adapter(folder: str | Path, spec: DecoderSpec, dtype: torch.dtype) -> LoraAdapter:
     """The adapter at ``folder`` for a model of ``spec``; every mismatch is a :class:`LoraError` naming it."""
     path = Path(folder)
     rank, scale = _check_supported(read_adapter_config(path), path)
+    where = _where(path)
     weights_file = path / "adapter_model.safetensors"
     if not weights_file.is_file():
-        raise LoraError(f"adapter path {str(path)!r} has no adapter_model.safetensors")
+        raise LoraError(f"{where} has no adapter_model.safetensors", param="path")
     try:
         tensors = load_file(str(weights_file))
     except (OSError, SafetensorError) as exc:
-        raise LoraError(f"cannot read {weights_file}: {exc}") from None
+        raise LoraError(f"{where}: cannot read adapter_model.safetensors: {exc}", param="path") from None
     shapes = projection_shapes(spec)
     pairs: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
-        layer, proj, which = _place(key, spec.num_layers)
+        layer, proj, which = _place(key, spec.num_layers, where)
         in_features, out_features = shapes[proj]
         expected = (rank, in_features) if which == "A" else (out_features, rank)
         if tuple(tensor.shape) != expected:
-            raise LoraError(f"adapter tensor {key!r} has shape {tuple(tensor.shape)}, expected {expected} (r={rank})")
+            raise LoraError(f"{where}: tensor {key!r} has shape {tuple(tensor.shape)}, expected {expected} (r={rank})",
+                            param="path")  # fmt: skip
         pairs.setdefault((layer, proj), {})[which] = tensor
     if not pairs:
-        raise LoraError(f"{weights_file} holds no LoRA tensors")
+        raise LoraError(f"{where}: adapter_model.safetensors holds no LoRA tensors", param="path")
     adapter = LoraAdapter(rank)
     for (layer, proj), pair in sorted(pairs.items()):
         if set(pair) != {"A", "B"}:
-            raise LoraError(f"adapter {str(path)!r}: layer {layer} {proj} has lora_{''.join(pair)} but not both")
+            raise LoraError(f"{where}: layer {layer} {proj} has lora_{''.join(pair)} but not both", param="path")
         fused, sub = _PLACE[proj]
         a = pair["A"].to(dtype)
         b = (pair["B"].float() * scale).to(dtype)

@@ -19,11 +19,13 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 
 
 class LoraError(ValueError):
-    """An adapter cannot be loaded or unloaded; ``status`` is the HTTP status the admin API answers with."""
+    """An adapter cannot be loaded or unloaded; ``status`` is the HTTP status the admin API answers with and
+    ``param`` the request field at fault (``name`` or ``path``), which the message names."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.param = param
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,9 @@ def parse_lora_module(value: str | LoraModule) -> LoraModule:
 def check_name(name: str) -> None:
     if not _NAME.match(name):
         raise LoraError(
-            f"adapter name {name!r} is invalid: 1-128 characters of letters, digits and . _ : / -, "
-            "starting with a letter or digit"
+            param="name",
+            message=f"adapter name {name!r} is invalid: 1-128 characters of letters, digits and . _ : / -, "
+            "starting with a letter or digit",
         )
 
 
@@ -63,10 +66,9 @@ class LoadedLora:
 
 
 class LoraRegistry:
-    def __init__(self, max_loras: int, max_rank: int, reserved_names: tuple[str, ...] = ()) -> None:
+    def __init__(self, max_loras: int, max_rank: int) -> None:
         self.max_loras = max_loras
         self.max_rank = max_rank
-        self.reserved_names = reserved_names  # the base model's names: an adapter may not shadow them
         self._by_name: dict[str, LoadedLora] = {}
         self._serial = itertools.count(1)
 
@@ -82,12 +84,10 @@ class LoraRegistry:
     def check_load(self, name: str, rank: int) -> int:
         """The slot a load of ``name`` at ``rank`` would take; raises :class:`LoraError` naming the limit."""
         check_name(name)
-        if name in self.reserved_names:
-            raise LoraError(f"adapter name {name!r} is the base model's name", status=409)
         if name in self._by_name:
-            raise LoraError(f"an adapter named {name!r} is already loaded; unload it first", status=409)
+            raise LoraError(f"an adapter named {name!r} is already loaded; unload it first", 409, "name")
         if rank > self.max_rank:
-            raise LoraError(f"adapter {name!r} has rank {rank}, above max_lora_rank={self.max_rank}")
+            raise LoraError(f"path: the adapter has rank {rank}, above max_lora_rank={self.max_rank}", param="path")
         used = {lora.slot for lora in self._by_name.values()}
         free = next((slot for slot in range(self.max_loras) if slot not in used), None)
         if free is None:
@@ -103,5 +103,5 @@ class LoraRegistry:
     def remove(self, name: str) -> LoadedLora:
         lora = self._by_name.pop(name, None)
         if lora is None:
-            raise LoraError(f"no adapter named {name!r} is loaded", status=404)
+            raise LoraError(f"no adapter named {name!r} is loaded", 404, "name")
         return lora

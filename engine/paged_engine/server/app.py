@@ -246,8 +246,8 @@ def add_admin_routes(app: FastAPI, state: ServerState) -> None:
             result = await client.call(method, timeout=120.0, **args)
             info = await client.call("list_loras")
         except ControlError as exc:
-            raise APIError(exc.status, str(exc), type="not_found_error" if exc.status == 404 else
-                           "invalid_request_error", param="name" if exc.status != 400 else None) from None  # fmt: skip
+            kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+            raise APIError(exc.status, str(exc), type=kind, param=exc.param) from None
         except EngineDeadError as exc:
             raise APIError(503, str(exc), type="unavailable_error") from None
         state.model_info["loras"] = info

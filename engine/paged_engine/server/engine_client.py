@@ -35,11 +35,13 @@ class EngineDeadError(RuntimeError):
 
 
 class ControlError(ValueError):
-    """The engine core refused a control call (e.g. a budget outside its bounds); ``status``: its HTTP status."""
+    """The engine core refused a control call (e.g. a budget outside its bounds); ``status``: its HTTP status,
+    ``param``: the field at fault."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.param = param
 
 
 StreamQueue = asyncio.Queue[tuple[str, EngineCoreOutput | None]]
@@ -182,7 +184,7 @@ class EngineClient:
                 future = self._calls.get(message.call_id)
                 if future is not None and not future.done():
                     if message.error is not None:
-                        future.set_exception(ControlError(message.error, message.status))
+                        future.set_exception(ControlError(message.error, message.status, message.param))
                     else:
                         future.set_result(message.result)
 
