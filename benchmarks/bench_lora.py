@@ -3,8 +3,9 @@
 ``base``: LoRA off (no adapter layers in the model); ``slots``: LoRA on, every request on the base model (the
 adapter layers see empty segments); ``one``: every request under one adapter; ``mixed``: the requests spread
 over two adapters and the base in one batch. The adapters are random PEFT LoRAs of rank ``--rank`` on every
-projection (q/k/v/o, gate/up/down), written once into a temporary folder. Prints output tokens per second (wall
-and per CPU-second, the figure to compare on a shared machine) and each mode's ratio to ``base``.
+projection (q/k/v/o, gate/up/down), written once into a temporary folder. Both engines stay loaded and the modes
+run in turn, ``--repeats`` rounds; each mode's best round counts (the least disturbed by other work on a shared
+machine). Prints output tokens per second and each mode's ratio to ``base``.
 
     python benchmarks/bench_lora.py                 # 16 requests x 128 prompt tokens x 32 output tokens
     python benchmarks/bench_lora.py -n 8 --output-len 16
@@ -54,6 +55,7 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
     from paged_engine import LLM
@@ -64,26 +66,36 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     base = Path(resolve_model(None, write_tokenizer=write_gguf_tokenizer_folder))
     settings = dict(num_threads=args.threads, max_num_seqs=args.num_requests,
-                    max_model_len=args.prompt_len + args.output_len + 16, kv_cache_memory=1 << 30)  # fmt: skip
+                    max_model_len=args.prompt_len + args.output_len + 16, kv_cache_memory=256 << 20)  # fmt: skip
     n = args.num_requests
     g = torch.Generator().manual_seed(0)
     prompts = [torch.randint(1000, 200_000, (args.prompt_len,), generator=g).tolist() for _ in range(n)]
     print(f"workload: {n} requests x {args.prompt_len} prompt tokens x {args.output_len} output tokens, greedy, "
           f"fp32, {args.threads} threads, adapters of rank {args.rank} on every projection")  # fmt: skip
     print(f"machine: {describe_cpu()}")
-    results: dict[str, tuple[float, float, int]] = {}
-    results["base"] = measure(LLM(None, **settings), prompts, [None] * n, args.output_len)
+    spread = [("a", "b", None)[i % 3] for i in range(n)]
+    modes: dict[str, tuple[str, list[str | None]]] = {
+        "base": ("base", [None] * n), "slots": ("lora", [None] * n), "one": ("lora", ["a"] * n),
+        "mixed": ("lora", spread),
+    }  # fmt: skip
+    best: dict[str, tuple[float, float, int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-lora-") as tmp:
         one, two = (save_adapter(base, Path(tmp) / name, args.rank, seed) for seed, name in enumerate(["a", "b"]))
-        llm = LLM(None, lora_modules=[f"a={one}", f"b={two}"], max_lora_rank=args.rank, **settings)
-        results["slots"] = measure(llm, prompts, [None] * n, args.output_len)
-        results["one"] = measure(llm, prompts, ["a"] * n, args.output_len)
-        results["mixed"] = measure(llm, prompts, [("a", "b", None)[i % 3] for i in range(n)], args.output_len)
-    _, base_cpu, base_tokens = results["base"]
-    print(f"{'mode':<8}{'wall s':>9}{'CPU s':>9}{'out tok/s':>11}{'out tok/CPU-s':>15}{'vs base (CPU)':>15}")
-    for mode, (wall, cpu, tokens) in results.items():
-        print(f"{mode:<8}{wall:>9.1f}{cpu:>9.1f}{tokens / wall:>11.1f}{tokens / cpu:>15.1f}"
-              f"{(tokens / cpu) / (base_tokens / base_cpu):>15.2f}")  # fmt: skip
+        engines = {
+            "base": LLM(None, **settings),
+            "lora": LLM(None, lora_modules=[f"a={one}", f"b={two}"], max_lora_rank=args.rank, **settings),
+        }
+        for _ in range(args.repeats):
+            for mode, (engine, names) in modes.items():
+                result = measure(engines[engine], prompts, names, args.output_len)
+                if mode not in best or result[0] < best[mode][0]:
+                    best[mode] = result
+    base_wall, _, base_tokens = best["base"]
+    print(f"best of {args.repeats} rounds")
+    print(f"{'mode':<8}{'wall s':>9}{'CPU s':>9}{'out tok/s':>11}{'vs base':>9}")
+    for mode, (wall, cpu, tokens) in best.items():
+        ratio = (tokens / wall) / (base_tokens / base_wall)
+        print(f"{mode:<8}{wall:>9.1f}{cpu:>9.1f}{tokens / wall:>11.1f}{ratio:>9.2f}")
 
 
 if __name__ == "__main__":
