@@ -64,6 +64,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
             kwargs["type"] = _checked(meta.get("parse") or _argument_type(owner, f.name))
             if "choices" in meta:
                 kwargs["choices"] = meta["choices"]
+            if "nargs" in meta:
+                kwargs["nargs"] = meta["nargs"]
         group.add_argument(flag_name(f), **kwargs)
 
 
@@ -72,6 +74,15 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     names = [f.name for _, f in settings()]
     model = None if args.model == DEFAULT_MODEL else args.model
     return EngineConfig.from_kwargs(model=model, **{name: getattr(args, name) for name in names})
+
+
+def served_model_name(args: argparse.Namespace) -> str:
+    """The model name clients use: ``--served-model-name``, else derived from MODEL."""
+    if args.served_model_name:
+        return str(args.served_model_name)
+    if args.model == DEFAULT_MODEL:
+        return "gemma-3-270m"
+    return Path(args.model).name.removesuffix(".gguf")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,6 +203,9 @@ def main(argv: list[str] | None = None) -> None:
             config = engine_config(args)
         except (ValueError, TypeError) as exc:
             parser.error(str(exc))
+        shadowed = [m.name for m in config.lora_modules if m.name == served_model_name(args)]
+        if shadowed:
+            parser.error(f"--lora-modules: adapter name {shadowed[0]!r} is the served model name")
         try:
             config = fetched(config)
         except ModelSourceError as exc:

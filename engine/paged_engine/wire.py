@@ -24,6 +24,7 @@ class AddRequest(msgspec.Struct, tag="add", array_like=True):
     arrival_time: float
     priority: int = 0
     cache_salt: str | None = None
+    lora_name: str | None = None  # a loaded LoRA adapter, None for the base model
 
 
 class AbortRequests(msgspec.Struct, tag="abort", array_like=True):
@@ -49,6 +50,8 @@ class ControlReply(msgspec.Struct, tag="reply", array_like=True):
     call_id: int
     result: Any = None
     error: str | None = None
+    status: int = 400  # the HTTP status an error maps to (404: no such thing, 409: conflicts with state)
+    param: str | None = None  # the request field an error is about
 
 
 class StepOutputs(msgspec.Struct, tag="step", array_like=True):

@@ -21,8 +21,9 @@ from typing import Any
 from paged_platform.api import API_VERSION, KIND, ModelDeployment, parse_quantity
 
 from paged_operator import pod_security
+from paged_operator.adapter_mounts import adapter_mounts
 from paged_operator.budget_tuner import Budgets
-from paged_operator.model_mounts import DOWNLOAD_CONTAINER, model_mounts
+from paged_operator.model_mounts import DOWNLOAD_CONTAINER, DownloadStep, model_mounts
 from paged_operator.policy_config import controller_spec, starting_budgets
 
 ENGINE_CONTAINER = "engine"
@@ -175,7 +176,7 @@ def engine_args(md: ModelDeployment) -> list[str]:
     if engine.kv_cache_memory is not None:
         # The engine reads plain bytes; a Kubernetes quantity ("2Gi") is converted here.
         args += ["--kv-cache-memory", str(int(parse_quantity(engine.kv_cache_memory)))]
-    return [*args, *engine.extra_args]
+    return [*args, *adapter_mounts(md).args, *engine.extra_args]
 
 
 def _env(md: ModelDeployment) -> list[dict[str, Any]]:
@@ -238,6 +239,7 @@ def container(md: ModelDeployment) -> dict[str, Any]:
         "securityContext": pod_security.container_security_context(),
         "volumeMounts": [
             *mounts.engine_mounts,
+            *adapter_mounts(md).engine_mounts,
             *pod_security.writable_mounts(),
             *(m.to_wire() for m in pod.volume_mounts),
         ],
@@ -253,11 +255,20 @@ def download_container(md: ModelDeployment) -> dict[str, Any] | None:
     It runs the engine image (``paged-engine download``) with the engine's CPU and memory but no GPU, and leaves
     ``Reason: message`` in its termination message when it fails (``model_status`` reads it)."""
     step = model_mounts(md).download
-    if step is None:
-        return None
+    return None if step is None else _download_container(md, DOWNLOAD_CONTAINER, step)
+
+
+def init_containers(md: ModelDeployment) -> list[dict[str, Any]]:
+    """The model's download (if any), then one per downloaded adapter."""
+    model = download_container(md)
+    adapters = [_download_container(md, name, step) for name, step in adapter_mounts(md).downloads]
+    return [model, *adapters] if model is not None else adapters
+
+
+def _download_container(md: ModelDeployment, name: str, step: DownloadStep) -> dict[str, Any]:
     engine, pod, res = md.spec.engine, md.spec.pod, md.spec.resources
     out: dict[str, Any] = {
-        "name": DOWNLOAD_CONTAINER,
+        "name": name,
         "image": engine.image,
         "imagePullPolicy": engine.image_pull_policy,
         "command": ["paged-engine"],
@@ -288,12 +299,13 @@ def deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
         "securityContext": pod_security.pod_security_context(),
         "volumes": [
             *model_mounts(md).volumes,
+            *adapter_mounts(md).volumes,
             *pod_security.writable_volumes(str(pod.shm_size)),
             *(v.to_wire() for v in pod.volumes),
         ],
     }
-    if (init := download_container(md)) is not None:
-        pod_spec["initContainers"] = [init]
+    if init := init_containers(md):
+        pod_spec["initContainers"] = init
     if res.node_selector:
         pod_spec["nodeSelector"] = dict(res.node_selector)
     if res.tolerations:

@@ -311,6 +311,7 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
         status.selector = children.selector_string(md)
         status.endpoint = children.endpoint(md)
         status.model = md.spec.model.describe()
+        status.adapters = status_builder.adapter_statuses(md)
         status.budget = status.budget or status_builder.budget_state(budgets)
         status.replicas = dep_status.get("replicas", 0)
         status.ready_replicas = dep_status.get("readyReplicas", 0)

@@ -63,11 +63,11 @@ def _flat(text: str) -> str:
     return text.strip("/").replace("/", "--") or "_"
 
 
-def download_dir(source: HuggingFaceModel | S3Model) -> str:
+def download_dir(source: HuggingFaceModel | S3Model, root: str = CACHE_MOUNT) -> str:
     if isinstance(source, HuggingFaceModel):
-        return inside(CACHE_MOUNT, f"hub/{_flat(source.id)}/{_flat(source.revision)}")
+        return inside(root, f"hub/{_flat(source.id)}/{_flat(source.revision)}")
     bucket, _, prefix = source.uri.removeprefix("s3://").partition("/")
-    return inside(CACHE_MOUNT, f"s3/{bucket}/{_flat(prefix)}")
+    return inside(root, f"s3/{bucket}/{_flat(prefix)}")
 
 
 def _cache_volume(md: ModelDeployment) -> dict[str, Any]:
@@ -80,7 +80,10 @@ def _cache_volume(md: ModelDeployment) -> dict[str, Any]:
     return {"name": CACHE_VOLUME, "emptyDir": empty}
 
 
-def _download(source: HuggingFaceModel | S3Model, dest: str) -> DownloadStep:
+def download_step(
+    source: HuggingFaceModel | S3Model, dest: str, volume: str = CACHE_VOLUME, mount_path: str = CACHE_MOUNT
+) -> DownloadStep:
+    """``paged-engine download`` of ``source`` into ``dest``, on ``volume`` mounted at ``mount_path``."""
     env: list[dict[str, Any]] = []
     env_from: list[dict[str, Any]] = []
     if isinstance(source, HuggingFaceModel):
@@ -100,7 +103,7 @@ def _download(source: HuggingFaceModel | S3Model, dest: str) -> DownloadStep:
         if source.credentials_secret_ref is not None:
             env_from.append({"secretRef": {"name": source.credentials_secret_ref.name}})
     args += ["--dest", dest, "--termination-log", TERMINATION_LOG]
-    return DownloadStep(args, env, env_from, {"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT})
+    return DownloadStep(args, env, env_from, {"name": volume, "mountPath": mount_path})
 
 
 def model_mounts(md: ModelDeployment) -> ModelMounts:
@@ -116,5 +119,5 @@ def model_mounts(md: ModelDeployment) -> ModelMounts:
     if isinstance(source, HuggingFaceModel | S3Model):
         dest = download_dir(source)
         mount = {"name": CACHE_VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True}
-        return ModelMounts(dest, [_cache_volume(md)], [mount], _download(source, dest))
+        return ModelMounts(dest, [_cache_volume(md)], [mount], download_step(source, dest))
     return ModelMounts("default")

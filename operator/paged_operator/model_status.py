@@ -12,6 +12,9 @@ fails (``ModelGated: acme/llama is a gated model: ...``), so a gated model witho
   resolved to, which the init container writes to its termination message on success too; pods that resolved a
   moving branch to different commits are named as such;
 * no pods: Unknown. A source with nothing to download (a path, an image, the built-in model) is True.
+
+A failed download of a LoRA adapter (``adapter-download-<i>``, see ``adapter_mounts``) makes it False first,
+naming the adapter: the engine cannot start without it either.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from paged_platform.api import ModelDeployment
+from paged_platform.api import ModelDeployment, describe_source
 
+from paged_operator.adapter_mounts import download_container_name
 from paged_operator.model_mounts import DOWNLOAD_CONTAINER, model_mounts
 from paged_operator.status_builder import ConditionValue
 
@@ -69,10 +73,29 @@ def _downloaded(source: str, resolutions: set[str]) -> str:
     )
 
 
+def adapter_download_failure(md: ModelDeployment, pods: list[Mapping[str, Any]]) -> ConditionValue | None:
+    """The first failed adapter download among ``pods`` (now or in its last attempt), if any."""
+    adapters = {download_container_name(i): adapter for i, adapter in enumerate(md.spec.adapters)}
+    for pod in pods:
+        for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+            adapter = adapters.get(status.get("name"))
+            if adapter is None:
+                continue
+            state, last = status.get("state") or {}, status.get("lastState") or {}
+            if (why := failure(state.get("terminated")) or failure(last.get("terminated"))) is not None:
+                name = (pod.get("metadata") or {}).get("name", "?")
+                source = describe_source(adapter.source.given())
+                return ConditionValue("False", why[0], f"downloading adapter {adapter.name} ({source}) failed in "
+                                      f"pod {name}: {why[1]}")  # fmt: skip
+    return None
+
+
 def model_ready(md: ModelDeployment, pods: Iterable[Mapping[str, Any]]) -> ConditionValue:
+    pods = list(pods)
+    if (adapter_failed := adapter_download_failure(md, pods)) is not None:
+        return adapter_failed
     if model_mounts(md).download is None:
         return ConditionValue("True", "NoDownload", f"served from {md.spec.model.describe()}")
-    pods = list(pods)
     if not pods:
         return ConditionValue("Unknown", "NoPods", "no engine pod exists yet")
     failed: list[tuple[str, str, str]] = []

@@ -11,7 +11,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from paged_platform.api import BudgetState, Decision, DecisionState, MetricsSnapshot, ModelDeploymentStatus
+from paged_platform.api import (
+    AdapterStatus,
+    BudgetState,
+    Decision,
+    DecisionState,
+    MetricsSnapshot,
+    ModelDeployment,
+    ModelDeploymentStatus,
+    describe_source,
+)
 from pydantic.alias_generators import to_camel
 
 from paged_operator.budget_tuner import Budgets
@@ -19,6 +28,11 @@ from paged_operator.controller_logic import Plan
 from paged_operator.metrics import FleetView
 
 ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+def adapter_statuses(md: ModelDeployment) -> list[AdapterStatus]:
+    """The adapters every replica is started with (``spec.adapters``), each source in one line."""
+    return [AdapterStatus(name=a.name, source=describe_source(a.source.given())) for a in md.spec.adapters]
 
 
 @dataclass(frozen=True)

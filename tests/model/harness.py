@@ -21,8 +21,15 @@ def make_runner(folder, block_size: int = 8, num_blocks: int = 512, max_model_le
     return ModelRunner(model, plan, get_backend("reference"), max_num_reqs, max_model_len)
 
 
-def run_manual(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, budget: int = 1000) -> list[list[int]]:
-    """Greedy-generate ``max_tokens`` for every prompt; returns the output token ids."""
+def run_manual(
+    runner: ModelRunner,
+    prompts: list[list[int]],
+    max_tokens: int,
+    budget: int = 1000,
+    adapter_ids: list[str | None] | None = None,
+) -> list[list[int]]:
+    """Greedy-generate ``max_tokens`` for every prompt (under ``adapter_ids[i]``'s LoRA where given); returns the
+    output token ids."""
     groups = len(runner.plan.config.groups)
     bs = runner.block_size
     next_block = [1]
@@ -52,7 +59,13 @@ def run_manual(runner: ModelRunner, prompts: list[list[int]], max_tokens: int, b
                 seen.add(r)
                 out.new_requests.append(
                     NewRequestData(
-                        r, list(prompts[ids.index(r)]), [], SamplingParams(temperature=0.0), tuple(new_ids), 0
+                        r,
+                        list(prompts[ids.index(r)]),
+                        [],
+                        SamplingParams(temperature=0.0),
+                        tuple(new_ids),
+                        0,
+                        None if adapter_ids is None else adapter_ids[ids.index(r)],
                     )
                 )
             else:

@@ -48,6 +48,10 @@ SPECS = [
     pytest.param({"model": {"huggingFace": {"id": "a/b", "tokenSecretRef": {"name": "hf", "key": "t"}}},
                   "pod": EVERY_POD_FIELD, "auth": {"apiKeySecretRef": {"name": "key", "key": "k"}},
                   "resources": {"gpus": 1}}, id="every-field"),
+    pytest.param({"adapters": [{"name": "sql", "source": {"huggingFace": {"id": "acme/sql-lora"}}},
+                               {"name": "chat", "source": {"path": {"claimName": "loras", "path": "chat"}}},
+                               {"name": "legal", "source": {"image": {"reference": "r.local/legal:1"}}},
+                               {"name": "med", "source": {"s3": {"uri": "s3://loras/med/"}}}]}, id="adapters"),
 ]  # fmt: skip
 
 

@@ -37,6 +37,17 @@ MODEL_SOURCE_REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"model": {"huggingFace": {"id": "a/b"}, "cache": {"claimName": "c", "sizeLimit": "1Gi"}}},
      "sizeLimit applies to the per-pod emptyDir"),
     ({"pod": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}, "are the operator's own"),
+    ({"pod": {"volumes": [{"name": "adapter-0", "emptyDir": {}}]}}, "are the operator's own"),
+]  # fmt: skip
+
+#: ``spec.adapters`` values both refuse (their rules sit on the spec and on each adapter's source).
+ADAPTERS_REFUSED: list[tuple[dict[str, Any], str]] = [
+    ({"adapters": [{"name": "a", "source": {"huggingFace": {"id": "o/a"}}},
+                   {"name": "a", "source": {"s3": {"uri": "s3://bkt/a"}}}]}, "every adapter needs a name of its own"),
+    ({"adapters": [{"name": "a", "source": {}}]}, "exactly one of huggingFace, s3, path and image"),
+    ({"adapters": [{"name": "a", "source": {"huggingFace": {"id": "o/a"}, "path": {"claimName": "w"}}}]},
+     "exactly one of huggingFace, s3, path and image"),
+    ({"adapters": [{"name": "a", "source": {"path": {"claimName": "w", "path": "../x"}}}]}, "must stay inside"),
 ]  # fmt: skip
 
 

@@ -30,7 +30,7 @@ from paged_platform.api.spec import ReplicasSpec, RolloutSpec, SchedulerBudget
 from paged_platform.crd import openapi_schema, to_structural
 from pydantic import ValidationError
 
-from conftest import MODEL_SOURCE_REFUSED, MODEL_SOURCES, apply_defaults, cel_holds
+from conftest import ADAPTERS_REFUSED, MODEL_SOURCE_REFUSED, MODEL_SOURCES, apply_defaults, cel_holds
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -282,6 +282,27 @@ def test_model_source_cel_rules_refuse_what_pydantic_refuses(spec: dict[str, Any
     for rule in matching:
         target = wire[section] if "scope" not in rule else wire[section].get(rule["scope"])
         assert target is not None and not cel_holds(rule["rule"], target), rule
+
+
+@pytest.mark.parametrize(("spec", "message"), ADAPTERS_REFUSED)
+def test_adapter_rules_refuse_in_pydantic_and_cel_alike(spec: dict[str, Any], message: str) -> None:
+    """Pydantic refuses with the message of a CRD rule (on the spec, an adapter's source or a path inside it)
+    that cel-python evaluates to false on the defaulted object."""
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        ModelDeploymentSpec.model_validate(spec)
+    schema = openapi_schema()["properties"]["spec"]
+    wire = apply_defaults(schema, spec)
+    source = schema["properties"]["adapters"]["items"]["properties"]["source"]
+    scopes = [(schema, lambda: [wire]), (source, lambda: [a["source"] for a in wire["adapters"]])]
+    scopes += [(sub, lambda n=name: [a["source"][n] for a in wire["adapters"] if n in a["source"]])
+               for name, sub in source["properties"].items()]  # fmt: skip
+    failed = [
+        rule
+        for node, targets in scopes
+        for rule in node.get("x-kubernetes-validations", [])
+        if message in rule["message"] and any(not cel_holds(rule["rule"], t) for t in targets())
+    ]
+    assert failed, f"no CEL rule saying {message!r} refuses {spec}"
 
 
 def test_the_older_form_reads_as_the_new_sources() -> None:

@@ -35,7 +35,7 @@ from paged_platform.ctl import app
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from conftest import EXAMPLES, MODEL_SOURCE_REFUSED, MODEL_SOURCES
+from conftest import ADAPTERS_REFUSED, EXAMPLES, MODEL_SOURCE_REFUSED, MODEL_SOURCES
 from e2e.cluster.client import APPLY_PATCH, ApiError, KubeClient, wait_for
 
 pytestmark = pytest.mark.k8s
@@ -100,6 +100,7 @@ REFUSED = [
     ({"engine": {"kvCacheMemory": "2 GB"}}, "spec.engine.kvCacheMemory"),
     ({"engine": {"blockSize": 24}}, "spec.engine.blockSize"),
     *MODEL_SOURCE_REFUSED,
+    *ADAPTERS_REFUSED,
 ]
 
 

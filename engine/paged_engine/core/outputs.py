@@ -24,6 +24,7 @@ class NewRequestData:
     sampling_params: SamplingParams
     block_ids: BlockIds
     num_computed_tokens: int  # tokens whose KV is already in the cache (prefix-cache hit)
+    adapter_id: str | None = None  # the LoRA adapter's cache id, None for the base model
 
 
 @dataclass

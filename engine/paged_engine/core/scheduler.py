@@ -362,6 +362,7 @@ class Scheduler:
                         request.sampling_params,
                         self.kv.get_block_ids(req_id),
                         request.num_computed_tokens,
+                        request.adapter_id,
                     )
                 )
                 sent.add(req_id)

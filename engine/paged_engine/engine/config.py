@@ -17,6 +17,7 @@ from typing import Any
 
 from paged_engine.attention.selection import BACKENDS
 from paged_engine.core.scheduler_config import SchedulerConfig
+from paged_engine.lora.registry import LoraModule, parse_lora_module
 from paged_engine.sampling_params import MAX_LOGPROBS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -96,6 +97,15 @@ class EngineConfig:
     )
     num_threads: int | None = _setting(None, "CPU threads for the model (None: torch's choice, one per core)")
     seed: int = _setting(0, "seed of the engine's random state (requests without a seed draw from it)")
+    lora_modules: tuple[LoraModule, ...] = _setting(
+        (), "LoRA adapters (PEFT folders) to serve from start-up, each a model name: NAME=PATH ...",
+        parse=parse_lora_module, nargs="+",
+    )  # fmt: skip
+    enable_lora: bool = _setting(
+        False, "serve LoRA adapters, loaded at run time through the admin API (implied by --lora-modules)"
+    )
+    max_loras: int = _setting(4, "LoRA adapters held at once (a weight slot each, allocated at start-up)")
+    max_lora_rank: int = _setting(16, "highest LoRA rank an adapter may have (the slots' width)")
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
@@ -116,7 +126,26 @@ class EngineConfig:
             raise ValueError(f"max_logprobs must be in [0, 1024], got {self.max_logprobs}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
+        self._validate_lora()
         self.scheduler.validate()
+
+    @property
+    def lora_enabled(self) -> bool:
+        return self.enable_lora or bool(self.lora_modules)
+
+    def _validate_lora(self) -> None:
+        if isinstance(self.lora_modules, str | LoraModule):
+            self.lora_modules = (self.lora_modules,)  # type: ignore[assignment]
+        self.lora_modules = tuple(parse_lora_module(m) for m in self.lora_modules)
+        if not 1 <= self.max_loras <= 256:
+            raise ValueError(f"max_loras must be in [1, 256], got {self.max_loras}")
+        if not 1 <= self.max_lora_rank <= 1024:
+            raise ValueError(f"max_lora_rank must be in [1, 1024], got {self.max_lora_rank}")
+        names = [m.name for m in self.lora_modules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"lora_modules names must be unique, got {names}")
+        if len(names) > self.max_loras:
+            raise ValueError(f"lora_modules holds {len(names)} adapters, more than max_loras={self.max_loras}")
 
     @classmethod
     def from_kwargs(cls, **kwargs: Any) -> EngineConfig:

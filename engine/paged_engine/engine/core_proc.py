@@ -23,6 +23,7 @@ import zmq
 from paged_engine import wire
 from paged_engine.core import EngineCoreOutput, FinishReason
 from paged_engine.engine.config import EngineConfig
+from paged_engine.lora.registry import LoraError
 
 if TYPE_CHECKING:
     from paged_engine.engine.engine_core import EngineCore
@@ -52,7 +53,7 @@ class _CoreLoop:
             try:
                 engine.add_request(engine.make_request(
                     message.request_id, message.prompt_token_ids, message.sampling_params, message.arrival_time,
-                    message.priority, message.cache_salt,
+                    message.priority, message.cache_salt, message.lora_name,
                 ))  # fmt: skip
             except ValueError as exc:  # RequestValidationError included
                 return [EngineCoreOutput(message.request_id, [], FinishReason.ABORT, error=str(exc))]
@@ -75,8 +76,16 @@ class _CoreLoop:
                 result = self.engine.budgets()
             elif call.method == "reset_prefix_cache":
                 result = self.engine.scheduler.reset_prefix_cache()
+            elif call.method == "load_lora":
+                result = self.engine.load_lora(**call.args)
+            elif call.method == "unload_lora":
+                result = self.engine.unload_lora(**call.args)
+            elif call.method == "list_loras":
+                result = self.engine.lora_info()
             else:
                 return wire.ControlReply(call.call_id, error=f"unknown control method {call.method!r}")
+        except LoraError as exc:
+            return wire.ControlReply(call.call_id, error=str(exc), status=exc.status, param=exc.param)
         except (ValueError, TypeError) as exc:
             return wire.ControlReply(call.call_id, error=str(exc))
         return wire.ControlReply(call.call_id, result=result)

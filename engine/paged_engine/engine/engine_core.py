@@ -24,11 +24,21 @@ from paged_engine.attention.backend import AttentionBackend
 from paged_engine.attention.cuda import CudaKernelBackend
 from paged_engine.attention.flash import load_flash_attention
 from paged_engine.attention.selection import AttentionShape, KernelBuild, Selection, flash_gap, select
-from paged_engine.core import EngineCoreOutput, Request, RequestStatus, Scheduler, SchedulerStats
+from paged_engine.core import (
+    EngineCoreOutput,
+    Request,
+    RequestStatus,
+    RequestValidationError,
+    Scheduler,
+    SchedulerStats,
+)
 from paged_engine.core.scheduler_config import check_range
 from paged_engine.engine.config import EngineConfig
 from paged_engine.loader.default_model import resolve_model
 from paged_engine.loader.hf import load_hf_model
+from paged_engine.lora.adapter import load_adapter, read_rank
+from paged_engine.lora.layers import LoraSlots
+from paged_engine.lora.registry import LoraError, LoraRegistry
 from paged_engine.models.cpu_gemm import resolve_gemm_backend
 from paged_engine.request_limits import RequestLimits
 from paged_engine.sample import StructuredOutput
@@ -127,6 +137,14 @@ class EngineCore:
         logger.info("device %s, dtype %s, GEMM backend %s", self.device, str(self.dtype).removeprefix("torch."),
                     self.gemm_backend)  # fmt: skip
         self.model = model
+        # LoRA slots are allocated before the KV cache is sized, so a fractional budget counts them
+        self.lora_slots: LoraSlots | None = None
+        self.loras: LoraRegistry | None = None
+        if config.lora_enabled:
+            self.lora_slots = LoraSlots(model, config.max_loras, config.max_lora_rank, self.dtype, self.device)
+            self.loras = LoraRegistry(config.max_loras, config.max_lora_rank)
+            logger.info("LoRA: %d slots of rank %d, %.1f MiB", config.max_loras, config.max_lora_rank,
+                        self.lora_slots.nbytes / 2**20)  # fmt: skip
         self.eos_token_ids = eos_token_ids(self.model_folder, hf_config)
         scheduler_config = config.scheduler
         self.max_model_len = scheduler_config.max_model_len or model.spec.max_position_embeddings
@@ -173,8 +191,11 @@ class EngineCore:
             decode_mode="eager" if self.graphs_off is not None else "cuda_graphs",
             max_graph_batch=scheduler_config.max_num_seqs,
             structured_output=StructuredOutput(self.grammars),
+            lora=self.lora_slots,
         )
         self.runner.capture_graphs()
+        for module in config.lora_modules:
+            self.load_lora(module.name, module.path)
         self.limits = RequestLimits(model.spec.vocab_size, self.max_model_len, config.max_logprobs)
         self.last_stats: SchedulerStats | None = None
         self.num_preemptions = 0
@@ -231,15 +252,58 @@ class EngineCore:
         arrival_time: float | None = None,
         priority: int = 0,
         cache_salt: str | None = None,
+        lora_name: str | None = None,
     ) -> Request:
         """A core request ending at this model's EOS. A request holds one EOS id, so the model's other end
-        tokens (e.g. Gemma's ``<end_of_turn>``) become stop tokens unless ``ignore_eos`` is set."""
+        tokens (e.g. Gemma's ``<end_of_turn>``) become stop tokens unless ``ignore_eos`` is set. ``lora_name``
+        picks a loaded adapter; its cache id keys the request's prefix-cache blocks."""
+        adapter_id = None
+        if lora_name is not None:
+            lora = self.loras.get(lora_name) if self.loras is not None else None
+            if lora is None:
+                raise RequestValidationError("model", f"no LoRA adapter named {lora_name!r} is loaded")
+            adapter_id = lora.cache_id
         extra_eos = [t for t in self.eos_token_ids[1:] if t not in params.stop_token_ids]
         if extra_eos and not params.ignore_eos:
             params = dataclasses.replace(params, stop_token_ids=[*params.stop_token_ids, *extra_eos])
         eos = self.eos_token_ids[0] if self.eos_token_ids else None
         return Request(request_id, prompt_token_ids, params, eos_token_id=eos, arrival_time=arrival_time,
-                       priority=priority, cache_salt=cache_salt)  # fmt: skip
+                       priority=priority, cache_salt=cache_salt, adapter_id=adapter_id)  # fmt: skip
+
+    # ---- LoRA adapters ----
+
+    def load_lora(self, name: str, path: str) -> dict[str, Any]:
+        """Load the PEFT adapter at ``path`` as ``name`` into a free slot; refusals (:class:`LoraError`) name
+        the limit and change nothing."""
+        if self.loras is None or self.lora_slots is None:
+            raise LoraError("LoRA is off: start the engine with --enable-lora or --lora-modules", 409)
+        self.loras.check_load(name, read_rank(path))  # cheap refusals before the weights are read
+        adapter = load_adapter(path, self.model.spec, self.dtype)
+        lora = self.loras.add(name, str(path), adapter.rank)
+        self.lora_slots.load(lora.slot, lora.cache_id, adapter)
+        logger.info("LoRA adapter %r loaded from %s (rank %d, slot %d)", name, path, lora.rank, lora.slot)
+        return self.lora_info(name)
+
+    def unload_lora(self, name: str) -> dict[str, Any]:
+        """Unload ``name``; refused while requests using it are unfinished (their rows read its slot)."""
+        if self.loras is None or self.lora_slots is None:
+            raise LoraError(f"no adapter named {name!r} is loaded (LoRA is off)", 404, "name")
+        lora = self.loras.get(name)
+        if lora is None:
+            raise LoraError(f"no adapter named {name!r} is loaded", 404, "name")
+        users = sum(r.adapter_id == lora.cache_id for r in self.scheduler.requests.values())
+        if users:
+            raise LoraError(f"adapter {name!r} serves {users} unfinished requests; retry when they are done", 409)
+        self.loras.remove(name)
+        self.lora_slots.unload(lora.cache_id)
+        logger.info("LoRA adapter %r unloaded", name)
+        return {"name": name, "unloaded": True}
+
+    def lora_info(self, name: str | None = None) -> Any:
+        """One loaded adapter (``name``) or all of them, as the API server lists them."""
+        loaded = self.loras.loaded() if self.loras is not None else []
+        rows = [{"name": x.name, "path": x.path, "rank": x.rank, "slot": x.slot} for x in loaded]
+        return next(r for r in rows if r["name"] == name) if name is not None else rows
 
     def abort_requests(self, request_ids: Iterable[str]) -> list[EngineCoreOutput]:
         return self.scheduler.abort(request_ids)
@@ -279,6 +343,8 @@ class EngineCore:
             "cpu_isa": self.cpu_isa, "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
             "vocab_size": self.limits.vocab_size, "max_logprobs": self.limits.max_logprobs,
             "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
+            "lora_enabled": self.loras is not None, "max_loras": self.config.max_loras,
+            "max_lora_rank": self.config.max_lora_rank, "loras": self.lora_info(),
         }  # fmt: skip
 
     def current_stats(self) -> SchedulerStats:

@@ -61,15 +61,22 @@ class LLMEngine:
     def max_model_len(self) -> int:
         return self.core.max_model_len
 
-    def add_request(self, request_id: str, prompt: str | Sequence[int], params: SamplingParams | None = None) -> None:
-        """Tokenise and queue a request; bad input raises a ``ValueError`` naming the limit and changes nothing."""
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | Sequence[int],
+        params: SamplingParams | None = None,
+        lora_name: str | None = None,
+    ) -> None:
+        """Tokenise and queue a request (under the loaded LoRA adapter ``lora_name``, if given); bad input raises
+        a ``ValueError`` naming the limit and changes nothing."""
         params = params if params is not None else SamplingParams()
         params.validate()
         if request_id in self._requests:
             raise RequestValidationError("request_id", f"request id {request_id!r} is already in use")
         text = prompt if isinstance(prompt, str) else None
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
-        self.core.add_request(self.core.make_request(request_id, token_ids, params))
+        self.core.add_request(self.core.make_request(request_id, token_ids, params, lora_name=lora_name))
         state = _RequestState(request_id, text, token_ids, wants_logprobs=params.logprobs is not None)
 
         def choice(stream_id: str, index: int) -> tuple[_RequestState, ChoiceState]:

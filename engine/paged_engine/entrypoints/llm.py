@@ -60,10 +60,18 @@ class LLM:
         self,
         prompts: PromptType | Sequence[PromptType],
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        lora_name: str | Sequence[str | None] | None = None,
     ) -> list[RequestOutput]:
         """Generate for every prompt; all prompts are checked before any is queued, so one bad prompt refuses
-        the call without running the others."""
+        the call without running the others. ``lora_name``: a loaded adapter for every prompt, or one per prompt
+        (``None``: the base model)."""
         items = _normalise(prompts)
+        if lora_name is None or isinstance(lora_name, str):
+            loras: list[str | None] = [lora_name] * len(items)
+        else:
+            loras = list(lora_name)
+            if len(loras) != len(items):
+                raise ValueError(f"got {len(loras)} lora names for {len(items)} prompts")
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params = [sampling_params or SamplingParams()] * len(items)
         else:
@@ -73,8 +81,8 @@ class LLM:
         ids = [f"llm-{next(self._ids)}" for _ in items]
         queued: list[str] = []
         try:
-            for request_id, prompt, p in zip(ids, items, params, strict=True):
-                self.engine.add_request(request_id, prompt, p)
+            for request_id, prompt, p, lora in zip(ids, items, params, loras, strict=True):
+                self.engine.add_request(request_id, prompt, p, lora)
                 queued.append(request_id)
         except Exception:
             for request_id in queued:
@@ -109,6 +117,14 @@ class LLM:
         )
         return self.generate(prompts, params)
 
+    def load_lora(self, name: str, path: str) -> dict[str, Any]:
+        """Load a PEFT adapter folder as ``name`` (the engine must run with LoRA on: ``enable_lora`` or
+        ``lora_modules``)."""
+        return self.engine.core.load_lora(name, path)
+
+    def unload_lora(self, name: str) -> dict[str, Any]:
+        return self.engine.core.unload_lora(name)
+
     def chat(
         self,
         messages: Conversation | Sequence[Conversation],
@@ -119,6 +135,7 @@ class LLM:
         tool_parser: str = "auto",
         parallel_tool_calls: bool = True,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        lora_name: str | None = None,
     ) -> list[RequestOutput]:
         """Generate a reply to each conversation (OpenAI-shaped messages), rendered by the model's chat template.
 
@@ -139,7 +156,7 @@ class LLM:
             turns, variables = plan.render_inputs(conversation) if plan is not None else (list(conversation), {})
             text = self.tokenizer.apply_chat_template(turns, **{**(chat_template_kwargs or {}), **variables})
             prompts.append(self.tokenizer.encode(text, add_special_tokens=False))
-        outputs = self.generate(prompts, params)
+        outputs = self.generate(prompts, params, lora_name)
         if plan is not None:
             for output in outputs:
                 for completion in output.outputs:

@@ -199,8 +199,9 @@ class MessagesServing:
         blocks.extend(_tool_use(call) for call in calls)
         stop_reason, stop_sequence = _stop(choice, bool(calls))
         return {
-            "id": _message_id(), "type": "message", "role": "assistant", "model": self.serving.model_name,
-            "content": blocks, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+            "id": _message_id(), "type": "message", "role": "assistant",
+            "model": self.serving.response_model(chat.model), "content": blocks, "stop_reason": stop_reason,
+            "stop_sequence": stop_sequence,
             "usage": {"input_tokens": len(prompts[0]), "output_tokens": len(choice.token_ids)},
         }  # fmt: skip
 
@@ -214,8 +215,9 @@ class MessagesServing:
         tools = plan.stream() if plan is not None else None
         message_id = _message_id()
         yield event("message_start", {"message": {
-            "id": message_id, "type": "message", "role": "assistant", "model": self.serving.model_name,
-            "content": [], "stop_reason": None, "stop_sequence": None,
+            "id": message_id, "type": "message", "role": "assistant",
+            "model": self.serving.response_model(chat.model), "content": [], "stop_reason": None,
+            "stop_sequence": None,
             "usage": {"input_tokens": len(prompts[0]), "output_tokens": 0},
         }})  # fmt: skip
         index = 0

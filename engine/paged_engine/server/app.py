@@ -35,6 +35,12 @@ from pydantic import BaseModel, ConfigDict, Field
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+class LoraLoad(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=128, description="the model name clients will use")
+    path: str = Field(min_length=1, max_length=4096, description="a PEFT adapter folder on the engine's disk")
+
+
 class BudgetUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     max_num_seqs: int | None = Field(None, ge=1, le=SAFE_INT[1])  # the core's own bounds are checked there
@@ -139,7 +145,10 @@ def build_app(
     async def models() -> ModelList:
         serving = state.ready_serving()
         card = ModelCard(id=serving.model_name, root=state.model_info.get("model"), max_model_len=serving.max_model_len)
-        return ModelList(data=[card])
+        adapters = state.model_info.get("loras", [])
+        cards = [ModelCard(id=lora["name"], root=lora["path"], parent=serving.model_name,
+                           max_model_len=serving.max_model_len) for lora in adapters]  # fmt: skip
+        return ModelList(data=[card, *cards])
 
     @app.post("/v1/completions", dependencies=[api_auth])
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -231,6 +240,37 @@ def add_admin_routes(app: FastAPI, state: ServerState) -> None:
         except EngineDeadError as exc:
             raise APIError(503, str(exc), type="unavailable_error") from None
         return await budgets()
+
+    async def lora_call(method: str, **args: Any) -> dict[str, Any]:
+        """A LoRA control call; the served model list follows the core's answer."""
+        serving = state.ready_serving()
+        try:
+            result = await client.call(method, timeout=120.0, **args)
+            info = await client.call("list_loras")
+        except ControlError as exc:
+            kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+            raise APIError(exc.status, str(exc), type=kind, param=exc.param) from None
+        except EngineDeadError as exc:
+            raise APIError(503, str(exc), type="unavailable_error") from None
+        state.model_info["loras"] = info
+        serving.loras = [lora["name"] for lora in info]
+        return result
+
+    @app.get("/admin/lora", dependencies=[admin_auth])
+    async def list_loras() -> dict[str, Any]:
+        state.ready_serving()
+        return {"loras": state.model_info.get("loras", [])}
+
+    @app.post("/admin/lora", dependencies=[admin_auth])
+    async def load_lora(body: Annotated[LoraLoad, Body()]) -> dict[str, Any]:
+        """Load a PEFT adapter into a free slot; it is then a model name in ``/v1/models`` and requests."""
+        if body.name == state.ready_serving().model_name:
+            raise APIError(409, f"adapter name {body.name!r} is the base model's name", param="name")
+        return await lora_call("load_lora", name=body.name, path=body.path)
+
+    @app.delete("/admin/lora/{name:path}", dependencies=[admin_auth])
+    async def unload_lora(name: str) -> dict[str, Any]:
+        return await lora_call("unload_lora", name=name)
 
     def drain_state() -> dict[str, Any]:
         draining = state.serving is not None and state.serving.draining

@@ -35,7 +35,13 @@ class EngineDeadError(RuntimeError):
 
 
 class ControlError(ValueError):
-    """The engine core refused a control call (e.g. a budget outside its bounds)."""
+    """The engine core refused a control call (e.g. a budget outside its bounds); ``status``: its HTTP status,
+    ``param``: the field at fault."""
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
 
 
 StreamQueue = asyncio.Queue[tuple[str, EngineCoreOutput | None]]
@@ -128,13 +134,14 @@ class EngineClient:
         priority: int = 0,
         cache_salt: str | None = None,
         queue: StreamQueue | None = None,
+        lora_name: str | None = None,
     ) -> list[str]:
         """Submits one engine request; returns the ids its outputs arrive under (``n > 1``: its children)."""
         if self.dead:
             raise EngineDeadError("the engine core is not running")
         shared = queue if queue is not None else asyncio.Queue()
         streams = self._streams.add(request_id, params.n, lambda sid, _: RequestStream(sid, shared))
-        message = wire.AddRequest(request_id, prompt_token_ids, params, arrival_time, priority, cache_salt)
+        message = wire.AddRequest(request_id, prompt_token_ids, params, arrival_time, priority, cache_salt, lora_name)
         self._input.send(wire.encode(message), copy=False)
         return [s.request_id for s in streams]
 
@@ -177,7 +184,7 @@ class EngineClient:
                 future = self._calls.get(message.call_id)
                 if future is not None and not future.done():
                     if message.error is not None:
-                        future.set_exception(ControlError(message.error))
+                        future.set_exception(ControlError(message.error, message.status, message.param))
                     else:
                         future.set_result(message.result)
 

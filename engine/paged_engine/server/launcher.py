@@ -22,6 +22,7 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
+from paged_engine.cli import served_model_name
 from paged_engine.engine.config import EngineConfig
 from paged_engine.engine.core_proc import CoreProcAddresses, run_engine_core
 from paged_engine.request_limits import RequestLimits
@@ -67,7 +68,7 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
     exit_code = 0
     server: uvicorn.Server | None = None
 
-    served_name = args.served_model_name or _default_name(args.model)
+    served_name = served_model_name(args)
     metrics = EngineMetrics(served_name)
     client = EngineClient(process, core.input_address, core.output_address, metrics.observe_step)
     state = ServerState(client, metrics, args.api_key, args.admin_token)
@@ -101,7 +102,8 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
         limits = RequestLimits(min(info["vocab_size"], tokenizer.vocab_size), info["max_model_len"],
                                info["max_logprobs"])  # fmt: skip
         state.serving = Serving(client, tokenizer, served_name, limits, args.max_waiting_requests, timeline,
-                                tool_parser=args.tool_call_parser)  # fmt: skip
+                                tool_parser=args.tool_call_parser, loras=[lora["name"] for lora in info["loras"]],
+                                on_lora_request=metrics.observe_lora_request)  # fmt: skip
         metrics.observe_budgets(info["max_num_seqs"], info["max_num_batched_tokens"])
         metrics.set_info(**{label: str(info[key]) for label, key in INFO_LABELS.items()})
         log.info("ready: serving %s on http://%s:%d (%s KV blocks of %d tokens, context %d, %s on %s)", served_name,
@@ -188,9 +190,3 @@ class _AdminServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
-
-
-def _default_name(model: str) -> str:
-    if model == "default":
-        return "gemma-3-270m"
-    return Path(model).name.removesuffix(".gguf")

@@ -78,6 +78,10 @@ class EngineMetrics:
             "prepare, model, attention, sample, update in the engine core; ipc_decode and detokenize in the server.",
             ["model_name", "phase"], buckets=_PHASE_BUCKETS, registry=r,
         )  # fmt: skip
+        self.lora_requests = Counter(
+            "paged_lora_requests", "API requests served by each LoRA adapter (base-model requests are not counted).",
+            ["model_name", "lora_name"], registry=r,
+        )  # fmt: skip
         self.info = Info("paged_engine", "Static facts about this engine.", registry=r)
 
     def set_info(self, **facts: str) -> None:
@@ -101,6 +105,9 @@ class EngineMetrics:
             self.iteration_tokens.observe(stats.num_scheduled_tokens)
         for phase, seconds in stats.step_phases.items():
             self.observe_phase(phase, seconds)
+
+    def observe_lora_request(self, lora_name: str) -> None:
+        self.lora_requests.labels(self.model_name, lora_name).inc()
 
     def observe_phase(self, phase: str, seconds: float) -> None:
         self.step_phase.labels(self.model_name, phase).observe(seconds)

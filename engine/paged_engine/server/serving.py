@@ -47,6 +47,8 @@ class Serving:
         max_waiting_requests: int,
         timeline_factory: Callable[[str, str, int, int], RequestTimeline],
         tool_parser: str = "auto",
+        loras: list[str] | None = None,
+        on_lora_request: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
@@ -57,15 +59,27 @@ class Serving:
         self.timeline = timeline_factory
         self.tool_parser = tool_parser  # "auto": chosen from the chat template's family
         self.draining = False
+        self.loras: list[str] = list(loras or [])  # LoRA adapters the core has loaded, each a model name
+        self.on_lora_request = on_lora_request  # counts requests per adapter (metrics)
 
     # ---- validation shared by both endpoints ----
 
+    def resolve_model(self, model: str | None) -> str | None:
+        """The LoRA adapter a request's ``model`` names (None: the base model); other names get a 404."""
+        if model is None or model == self.model_name:
+            return None
+        if model in self.loras:
+            return model
+        served = ", ".join(repr(name) for name in [self.model_name, *self.loras])
+        raise APIError(404, f"the model {model!r} does not exist; this server serves {served}",
+                       type="not_found_error", param="model")  # fmt: skip
+
     def check_model(self, model: str | None) -> None:
-        if model is not None and model != self.model_name:
-            raise APIError(
-                404, f"the model {model!r} does not exist; this server serves {self.model_name!r}",
-                type="not_found_error", param="model",
-            )  # fmt: skip
+        self.resolve_model(model)
+
+    def response_model(self, model: str | None) -> str:
+        """The model name a response reports: the adapter's when one served it (checked before it started)."""
+        return model if model is not None and model in self.loras else self.model_name
 
     def check_admission(self) -> None:
         if self.draining:
@@ -143,10 +157,15 @@ class Serving:
         timelines: dict[str, RequestTimeline] = {}
         engine_ids: list[str] = []
         arrival = time.time()
+        lora = self.resolve_model(body.model)
+        if lora is not None and self.on_lora_request is not None:
+            self.on_lora_request(lora)
         try:
             for p, (prompt, sp) in enumerate(zip(prompts, params, strict=True)):
                 rid = f"{base_id}-{p}"
-                stream_ids = self.client.add_request(rid, prompt, sp, arrival, body.priority, body.cache_salt, queue)
+                stream_ids = self.client.add_request(
+                    rid, prompt, sp, arrival, body.priority, body.cache_salt, queue, lora_name=lora
+                )
                 engine_ids.append(rid)
                 for i, sid in enumerate(stream_ids):
                     choices[sid] = ChoiceState.create(self.tokenizer, p * sp.n + i, sid, prompt, sp, prompt_index=p)
@@ -248,7 +267,7 @@ class Serving:
             choices[update.choice.index] = update.choice
         ordered = [choices[i] for i in sorted(choices)]
         return {
-            "id": rid, "object": "text_completion", "created": now(), "model": self.model_name,
+            "id": rid, "object": "text_completion", "created": now(), "model": self.response_model(body.model),
             "choices": [self._completion_choice(c, prompts[c.prompt_index], body) for c in ordered],
             "usage": self.usage(prompts, ordered).model_dump(),
         }  # fmt: skip
@@ -312,12 +331,12 @@ class Serving:
     ) -> AsyncIterator[str]:
         """Server-sent events for one request: ``opening`` chunks, one chunk per update, the usage chunk when
         ``stream_options.include_usage`` asks for it (``usage`` is null in every other chunk), then ``[DONE]``."""
-        created = now()
+        created, model = now(), self.response_model(body.model)
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         seen: dict[int, ChoiceState] = {}
 
         def event(choices: list[dict[str, Any]], usage: Usage | None = None) -> str:
-            data: dict[str, Any] = {"id": rid, "object": object_name, "created": created, "model": self.model_name,
+            data: dict[str, Any] = {"id": rid, "object": object_name, "created": created, "model": model,
                                     "choices": choices}  # fmt: skip
             if include_usage:
                 data["usage"] = None if usage is None else usage.model_dump()
@@ -422,7 +441,7 @@ class Serving:
         plan = self.tool_plan(body)
         messages = [self.chat_message(c, plan) for c in ordered]
         return {
-            "id": rid, "object": "chat.completion", "created": now(), "model": self.model_name,
+            "id": rid, "object": "chat.completion", "created": now(), "model": self.response_model(body.model),
             "choices": [{
                 "index": c.index, "message": message,
                 "logprobs": self.chat_logprobs(c.logprobs) if body.logprobs else None,

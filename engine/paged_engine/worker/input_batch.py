@@ -38,6 +38,7 @@ class InputBatch:
             np.zeros((max_num_reqs, self.max_blocks_per_req), dtype=np.int32) for _ in range(num_groups)
         ]
         self.num_blocks = np.zeros((num_groups, max_num_reqs), dtype=np.int64)
+        self.lora_slots = np.full(max_num_reqs, -1, dtype=np.int64)  # per row: LoRA weight slot, -1 for none
         self.rows: dict[str, int] = {}
         self.states: list[RowState | None] = [None] * max_num_reqs
         self._free_rows = list(range(max_num_reqs - 1, -1, -1))
@@ -48,7 +49,7 @@ class InputBatch:
     def __contains__(self, req_id: str) -> bool:
         return req_id in self.rows
 
-    def add_request(self, new: NewRequestData) -> int:
+    def add_request(self, new: NewRequestData, lora_slot: int = -1) -> int:
         if new.req_id in self.rows:
             raise ValueError(f"request {new.req_id!r} is already in the batch")
         if not self._free_rows:
@@ -65,6 +66,7 @@ class InputBatch:
         self.num_tokens[row] = len(tokens)
         self.num_computed_tokens[row] = new.num_computed_tokens
         self.num_blocks[:, row] = 0
+        self.lora_slots[row] = lora_slot
         self.append_block_ids(row, new.block_ids)
         return row
 

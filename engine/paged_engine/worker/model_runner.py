@@ -19,7 +19,8 @@ import torch
 
 from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
-from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, SchedulerOutput
+from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, NewRequestData, SchedulerOutput
+from paged_engine.lora.layers import LoraSlots
 from paged_engine.models.decoder import DecoderForCausalLM
 from paged_engine.sample import Sampler, SamplingMetadata, StructuredOutput, prompt_logprobs
 from paged_engine.worker.cuda_graphs import CudaGraphDecode, PaddedDecode, capture_sizes, pad_decode_inputs
@@ -66,11 +67,13 @@ class ModelRunner:
         decode_mode: str = "eager",
         max_graph_batch: int | None = None,
         structured_output: StructuredOutput | None = None,
+        lora: LoraSlots | None = None,
     ) -> None:
         if decode_mode not in DECODE_MODES:
             raise ValueError(f"decode_mode must be one of {DECODE_MODES}, got {decode_mode!r}")
         self.model = model
         self.structured_output = structured_output  # grammars of constrained requests (None: none served)
+        self.lora = lora  # LoRA weight slots, already installed in the model (None: LoRA off)
         self.plan = plan
         # attention timed separately where kernels are synchronous (step_timing); a graph replays untimed
         self.timed_attention = TimedAttention(backend) if torch.device(device).type == "cpu" else None
@@ -114,7 +117,7 @@ class ModelRunner:
         for new in out.new_requests:
             self.batch.remove_request(new.req_id)  # resumed after preemption: its old state is gone
             try:
-                self.batch.add_request(new)
+                self.batch.add_request(new, self._lora_slot(new))
             except Exception as exc:
                 self.batch.remove_request(new.req_id)
                 report(new.req_id, exc, failed)
@@ -127,6 +130,14 @@ class ModelRunner:
         if out.copy_on_write:
             mapping = torch.tensor(out.copy_on_write, dtype=torch.int64, device=self.device)
             self.backend.copy_blocks([k for k, _ in self.kv_caches], [v for _, v in self.kv_caches], mapping)
+
+    def _lora_slot(self, new: NewRequestData) -> int:
+        if new.adapter_id is None:
+            return -1
+        slot = None if self.lora is None else self.lora.slot_of.get(new.adapter_id)
+        if slot is None:
+            raise ValueError(f"request {new.req_id!r} asks for LoRA adapter {new.adapter_id!r}, which is not loaded")
+        return slot
 
     def _prepare_inputs(self, num_scheduled_tokens: dict[str, int]) -> StepInputs:
         batch, buffers = self.batch, self.buffers
@@ -163,7 +174,10 @@ class ModelRunner:
         num_sampling = int(sampling.sum())
         buffers.logits_indices.host[:num_sampling] = query_start_loc[1:][sampling] - 1
         max_query_len = int(q_lens.max())
-        graph_size = self.decode.size_for(num_reqs) if self.decode is not None and max_query_len == 1 else None
+        # a step with adapter tokens runs eagerly: the captured graphs hold no LoRA segments
+        adapted = self.lora is not None and self.lora.begin_step(batch.lora_slots[token_rows])
+        graphed = max_query_len == 1 and not adapted
+        graph_size = self.decode.size_for(num_reqs) if self.decode is not None and graphed else None
         metadata = None
         if graph_size is not None:
             pad_decode_inputs(buffers, num_reqs, graph_size)

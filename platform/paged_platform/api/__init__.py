@@ -1,5 +1,6 @@
 """The `ModelDeployment` API (`paged.dev/v1alpha1`): pydantic types that are the single source of the CRD."""
 
+from paged_platform.api.adapters import Adapter, AdapterSource
 from paged_platform.api.base import ApiModel, CelRule, Quantity, parse_quantity
 from paged_platform.api.model_source import (
     DEFAULT_MODEL_SERVED_NAME,
@@ -12,6 +13,7 @@ from paged_platform.api.model_source import (
     S3Model,
     SecretKeyRef,
     SecretRef,
+    describe_source,
 )
 from paged_platform.api.resource import (
     API_VERSION,
@@ -40,6 +42,7 @@ from paged_platform.api.spec import (
 )
 from paged_platform.api.status import (
     MAX_DECISIONS,
+    AdapterStatus,
     BudgetState,
     Condition,
     ConditionType,
@@ -61,6 +64,9 @@ __all__ = [
     "SHORT_NAMES",
     "SINGULAR",
     "VERSION",
+    "Adapter",
+    "AdapterSource",
+    "AdapterStatus",
     "ApiModel",
     "AuthSpec",
     "AutoscalingSpec",
@@ -94,5 +100,6 @@ __all__ = [
     "SecretKeyRef",
     "SecretRef",
     "ServiceSpec",
+    "describe_source",
     "parse_quantity",
 ]

@@ -153,6 +153,20 @@ class ModelVolume(ApiModel):
 BuiltIn = Literal["default"]
 ResolvedSource = HuggingFaceModel | S3Model | PathModel | ImageModel | BuiltIn
 
+
+def describe_source(source: ResolvedSource) -> str:
+    """A model or adapter source in one line for people (``paged-ctl describe``, ``status``)."""
+    if isinstance(source, HuggingFaceModel):
+        return f"huggingFace {source.id}@{source.revision}"
+    if isinstance(source, S3Model):
+        return source.uri
+    if isinstance(source, PathModel):
+        return f"path {source.path or '.'} on claim {source.claim_name}"
+    if isinstance(source, ImageModel):
+        return f"image {source.reference}" + (f" at {source.path}" if source.path else "")
+    return "default"
+
+
 _SOURCES = ("huggingFace", "s3", "path", "image")
 _COUNT = " + ".join(f"(has(self.{s}) ? 1 : 0)" for s in _SOURCES)
 _ANY = " || ".join(f"has(self.{s})" for s in _SOURCES)
@@ -208,16 +222,7 @@ class ModelSource(ApiModel):
 
     def describe(self) -> str:
         """One line for people (``paged-ctl describe``)."""
-        source = self.resolved()
-        if isinstance(source, HuggingFaceModel):
-            return f"huggingFace {source.id}@{source.revision}"
-        if isinstance(source, S3Model):
-            return source.uri
-        if isinstance(source, PathModel):
-            return f"path {source.path or '.'} on claim {source.claim_name}"
-        if isinstance(source, ImageModel):
-            return f"image {source.reference}" + (f" at {source.path}" if source.path else "")
-        return "default"
+        return describe_source(self.resolved())
 
     @property
     def resolved_served_name(self) -> str:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
+from paged_platform.api.adapters import MAX_ADAPTERS, Adapter
 from paged_platform.api.base import ApiModel, IntOrPercent, Quantity, cel
 from paged_platform.api.model_source import DNS_SUBDOMAIN_PATTERN, ModelSource, SecretKeyRef, SecretRef
 
@@ -21,6 +22,8 @@ DEFAULT_ROUTER_IMAGE = "ghcr.io/paged/paged-operator:0.1.0"
 RESOURCE_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 #: Pod volumes the operator names itself (``pod.volumes`` may not reuse them).
 RESERVED_VOLUMES = ("model", "model-cache", "cache", "tmp", "dshm")
+#: ...and every name with this prefix (the adapters' volumes and their download cache).
+RESERVED_VOLUME_PREFIX = "adapter-"
 
 
 def _sub(model: type[ApiModel]) -> Any:
@@ -45,6 +48,8 @@ class EngineSpec(ApiModel):
     """Memory carved into KV-cache blocks at start-up (like `2Gi`); unset lets the engine size it."""
     enable_prefix_caching: bool = True
     """Reuse KV blocks across requests that share a prompt prefix."""
+    max_lora_rank: int = Field(16, ge=1, le=1024)
+    """Highest LoRA rank among `spec.adapters` (the width of the engine's adapter weight slots)."""
     extra_args: list[str] = Field(default_factory=list, max_length=64, json_schema_extra={"default": []})
     """Further `paged-engine serve` arguments, passed as written."""
 
@@ -279,10 +284,12 @@ class PodSettings(ApiModel):
     shm_size: Quantity = "1Gi"
     """Size of `/dev/shm` (a memory-backed emptyDir; counts against the pod's memory)."""
 
-    @cel(f"self.volumes.all(v, !(v.name in {list(RESERVED_VOLUMES)}))",
-         "pod.volumes: the names model, model-cache, cache, tmp and dshm are the operator's own")  # fmt: skip
+    @cel(
+        f"self.volumes.all(v, !(v.name in {list(RESERVED_VOLUMES)}) && !v.name.startsWith('{RESERVED_VOLUME_PREFIX}'))",
+        "pod.volumes: the names model, model-cache, cache, tmp, dshm and adapter-* are the operator's own",
+    )
     def _own_volume_names(self) -> bool:
-        return not any(v.name in RESERVED_VOLUMES for v in self.volumes)
+        return not any(v.name in RESERVED_VOLUMES or v.name.startswith(RESERVED_VOLUME_PREFIX) for v in self.volumes)
 
 
 class AuthSpec(ApiModel):
@@ -297,6 +304,8 @@ class ModelDeploymentSpec(ApiModel):
     """A model served by a set of engine replicas that the operator sizes and tunes."""
 
     model: ModelSource = _sub(ModelSource)
+    adapters: list[Adapter] = Field(default_factory=list, max_length=MAX_ADAPTERS, json_schema_extra={"default": []})
+    """LoRA adapters of the model, loaded into every replica; each is a model name clients select."""
     engine: EngineSpec = _sub(EngineSpec)
     resources: ResourcesSpec = _sub(ResourcesSpec)
     replicas: ReplicasSpec = _sub(ReplicasSpec)
@@ -307,3 +316,9 @@ class ModelDeploymentSpec(ApiModel):
     router: RouterSpec = _sub(RouterSpec)
     pod: PodSettings = _sub(PodSettings)
     auth: AuthSpec = _sub(AuthSpec)
+
+    @cel("self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
+         "spec.adapters: every adapter needs a name of its own")  # fmt: skip
+    def _unique_adapter_names(self) -> bool:
+        names = [a.name for a in self.adapters]
+        return len(set(names)) == len(names)

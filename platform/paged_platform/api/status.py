@@ -110,6 +110,13 @@ class Decision(ApiModel):
     """Decided but not applied (`autoscaling.dryRun`)."""
 
 
+class AdapterStatus(ApiModel):
+    """A LoRA adapter the replicas serve."""
+
+    name: str = Field(max_length=128)
+    source: str = Field(max_length=2048)
+
+
 class ModelDeploymentStatus(ApiModel):
     """Observed state, written by the operator."""
 
@@ -126,6 +133,8 @@ class ModelDeploymentStatus(ApiModel):
     """In-cluster base URL of the OpenAI-compatible API."""
     model: str | None = Field(None, max_length=2048)
     """The model source in one line (`huggingFace org/name@main`, `s3://bucket/prefix/`, ...)."""
+    adapters: list[AdapterStatus] = Field(default_factory=list, max_length=16)
+    """The LoRA adapters every replica is started with, each with its source in one line."""
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,
