@@ -16,6 +16,8 @@ import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paged_platform.tracing import EXPORTERS
+
 from paged_engine.engine.config import EngineConfig, default_of, flag_name, settings
 from paged_engine.tools.parsers import TOOL_PARSER_CHOICES
 
@@ -118,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="require 'Authorization: Bearer TOKEN' on /admin (env PAGED_ADMIN_TOKEN)")  # fmt: skip
     server.add_argument("--shutdown-grace-seconds", type=float, default=30.0,
                         help="on SIGTERM, how long in-flight requests may finish before the server exits")  # fmt: skip
-    server.add_argument("--otel-exporter", choices=["off", "console", "otlp"],
+    server.add_argument("--otel-exporter", choices=EXPORTERS,
                         default=os.environ.get("PAGED_OTEL_EXPORTER", "off"),
                         help="OpenTelemetry trace exporter (env PAGED_OTEL_EXPORTER)")  # fmt: skip
     server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

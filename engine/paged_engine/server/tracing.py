@@ -1,43 +1,22 @@
 """OpenTelemetry tracing: one span per engine request with the GenAI semantic-convention attributes.
 
-Off by default (no provider is installed and spans are no-ops). ``--otel-exporter console`` prints spans;
-``otlp`` sends them to ``OTEL_EXPORTER_OTLP_ENDPOINT`` when the OTLP exporter package is installed.
+Off by default (no provider is installed and spans are no-ops); the exporters: ``paged_platform.tracing``.
 A request's span continues the trace context it arrived with (W3C ``traceparent``, e.g. the router's span):
 ``TraceContext`` makes it the current context while the request is handled.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Literal
+from typing import Any
 
 from opentelemetry import context, propagate, trace
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-
-log = logging.getLogger(__name__)
-Exporter = Literal["off", "console", "otlp"]
+from paged_platform import tracing as shared_tracing
+from paged_platform.tracing import Exporter
 
 
-def configure_tracing(exporter: Exporter, service_name: str = "paged-engine") -> trace.Tracer:
-    if exporter == "off":
-        return trace.NoOpTracer()
-    span_exporter: SpanExporter
-    if exporter == "console":
-        span_exporter = ConsoleSpanExporter()
-    else:
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        except ImportError as exc:
-            raise SystemExit(
-                "--otel-exporter otlp needs the OTLP exporter: pip install opentelemetry-exporter-otlp"
-            ) from exc
-        span_exporter = OTLPSpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-    provider.add_span_processor(BatchSpanProcessor(span_exporter))
-    log.info("tracing enabled, exporter: %s", exporter)
-    return provider.get_tracer("paged_engine")
+def configure_tracing(exporter: Exporter) -> trace.Tracer:
+    """The engine server's tracer (a no-op one for ``off``)."""
+    return shared_tracing.configure_tracing(exporter, "paged-engine", "paged_engine")
 
 
 class RequestSpan:

@@ -10,49 +10,28 @@
   for a replica with room and the estimated prefix hit; the status the client got, and ``error.type`` (the
   router's reason) when the router refused the request or the replica failed mid-stream.
 
-Exporters as the engine's (``paged_engine.server.tracing``): ``console`` prints spans, ``otlp`` sends them to
-``OTEL_EXPORTER_OTLP_ENDPOINT`` (the standard ``OTEL_EXPORTER_OTLP_*`` variables configure it) when the OTLP
-exporter package is installed.
+Exporters as the engine's (``paged_platform.tracing``).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
-from typing import Literal
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-log = logging.getLogger("paged_router")
-Exporter = Literal["off", "console", "otlp"]
-EXPORTERS: tuple[Exporter, ...] = ("off", "console", "otlp")
+from paged_platform import tracing as shared_tracing
+from paged_platform.tracing import EXPORTERS, Exporter
+
+__all__ = ["EXPORTERS", "Exporter", "RouteSpan", "configure_tracing"]
+
 SERVICE_NAME = "paged-router"
 
 
 def configure_tracing(exporter: Exporter) -> trace.Tracer:
-    """A tracer exporting to ``exporter``; a no-op tracer for ``off``."""
-    if exporter == "off":
-        return trace.NoOpTracer()
-    span_exporter: SpanExporter
-    if exporter == "console":
-        span_exporter = ConsoleSpanExporter()
-    else:
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-        except ImportError as exc:
-            raise SystemExit(
-                "--otel-exporter otlp needs the OTLP exporter: pip install opentelemetry-exporter-otlp"
-            ) from exc
-        span_exporter = OTLPSpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
-    provider.add_span_processor(BatchSpanProcessor(span_exporter))
-    log.info("tracing enabled, exporter: %s", exporter)
-    return provider.get_tracer("paged_platform.router")
+    """The router's tracer (a no-op one for ``off``)."""
+    return shared_tracing.configure_tracing(exporter, SERVICE_NAME, "paged_platform.router")
 
 
 class RouteSpan:
