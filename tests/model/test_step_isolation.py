@@ -31,10 +31,10 @@ def fail_adding(monkeypatch: pytest.MonkeyPatch, prefix: str) -> None:
     """Adding a request whose id starts with ``prefix`` to the persistent batch raises."""
     add = InputBatch.add_request
 
-    def add_or_fail(self: InputBatch, new):  # type: ignore[no-untyped-def]
+    def add_or_fail(self: InputBatch, new, *args):  # type: ignore[no-untyped-def]
         if new.req_id.startswith(prefix):
             raise RuntimeError("injected fault while adding the request")
-        return add(self, new)
+        return add(self, new, *args)
 
     monkeypatch.setattr(InputBatch, "add_request", add_or_fail)
 

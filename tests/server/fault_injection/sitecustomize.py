@@ -18,10 +18,10 @@ def _install() -> None:
 
     add, build = InputBatch.add_request, model_runner.SamplingMetadata.build
 
-    def add_or_fail(self, new):  # type: ignore[no-untyped-def]
+    def add_or_fail(self, new, *args):  # type: ignore[no-untyped-def]
         if new.sampling_params.seed == PREPARE_SEED:
             raise RuntimeError("injected fault while preparing the request")
-        return add(self, new)
+        return add(self, new, *args)
 
     def build_or_fail(rows, *args, **kwargs):  # type: ignore[no-untyped-def]
         if any(row.params.seed == SAMPLE_SEED for row in rows):
@@ -32,4 +32,7 @@ def _install() -> None:
     model_runner.SamplingMetadata.build = build_or_fail  # type: ignore[method-assign]
 
 
-_install()
+# Only as the interpreter's start-up hook: the tests import this module for its seeds, and must not patch the
+# engine inside the test process itself.
+if __name__ == "sitecustomize":
+    _install()
