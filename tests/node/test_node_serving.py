@@ -107,9 +107,14 @@ def test_operator_pod_deleted_mid_reconcile_converges_without_duplicates(ready: 
         wait_for("the new operator to roll the engines out to the new spec", converged, timeout_s=300, interval_s=1)
     except TimeoutError as exc:
         raise TimeoutError(f"{exc}\n{ready.describe()}") from None
-    operators = ready.admin.get(f"/api/v1/namespaces/{ns}/pods", labelSelector=OPERATOR_SELECTOR)
-    running = [p["metadata"]["name"] for p in operators["items"] if has_condition(p, "Ready")]
-    assert len(running) == 1 and running != [old_operator]
+
+    def ready_operators() -> list[str]:
+        operators = ready.admin.get(f"/api/v1/namespaces/{ns}/pods", labelSelector=OPERATOR_SELECTOR)
+        return [p["metadata"]["name"] for p in operators["items"] if has_condition(p, "Ready")]
+
+    # The new operator may reconcile before the kubelet's next readiness probe marks its pod Ready.
+    wait_for("the new operator pod to be Ready", lambda: len(ready_operators()) == 1, timeout_s=60, interval_s=1)
+    assert ready_operators() != [old_operator]
     uid = ready.admin.get(md_path)["metadata"]["uid"]
     core = "/api/v1"
     children = [("Deployment", "/apis/apps/v1"), ("Service", core), ("ConfigMap", core), ("Secret", core)]
