@@ -95,14 +95,17 @@ def build_app(
     lifespan: Any = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     with_admin: bool = True,
+    tracing: bool = False,
 ) -> FastAPI:
     """The public application; ``with_admin=False`` leaves ``/admin`` out (it is then served by
-    :func:`build_admin_app` on its own port)."""
+    :func:`build_admin_app` on its own port). ``tracing`` makes each request's incoming trace context current
+    (off, no header is parsed per request)."""
     app = FastAPI(title="paged-engine", version="0.1.0", docs_url="/docs", redoc_url=None, lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes)
     app.add_middleware(CloseConnectionsWhen, closing=lambda: state.closing_connections)
-    app.add_middleware(TraceContext)
+    if tracing:
+        app.add_middleware(TraceContext)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is not None:

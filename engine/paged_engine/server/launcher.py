@@ -120,7 +120,8 @@ async def _serve(args: argparse.Namespace, core: CoreProcAddresses, process: mul
             await client.close()
 
     separate_admin = args.admin_port is not None
-    app = build_app(state, lifespan=lifespan, max_body_bytes=args.max_request_body_bytes, with_admin=not separate_admin)
+    app = build_app(state, lifespan=lifespan, max_body_bytes=args.max_request_body_bytes,
+                    with_admin=not separate_admin, tracing=args.otel_exporter != "off")  # fmt: skip
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.log_level == "debug",
         timeout_graceful_shutdown=args.shutdown_grace_seconds, lifespan="on",
