@@ -25,6 +25,7 @@ from paged_operator.adapter_mounts import adapter_mounts
 from paged_operator.budget_tuner import Budgets
 from paged_operator.model_mounts import DOWNLOAD_CONTAINER, DownloadStep, model_mounts
 from paged_operator.policy_config import controller_spec, starting_budgets
+from paged_operator.tracing_env import tracing_args, tracing_env
 
 ENGINE_CONTAINER = "engine"
 HTTP_PORT_NAME = "http"
@@ -176,14 +177,16 @@ def engine_args(md: ModelDeployment) -> list[str]:
     if engine.kv_cache_memory is not None:
         # The engine reads plain bytes; a Kubernetes quantity ("2Gi") is converted here.
         args += ["--kv-cache-memory", str(int(parse_quantity(engine.kv_cache_memory)))]
-    return [*args, *adapter_mounts(md).args, *engine.extra_args]
+    return [*args, *adapter_mounts(md).args, *tracing_args(md), *engine.extra_args]
 
 
 def _env(md: ModelDeployment) -> list[dict[str, Any]]:
-    """The user's ``pod.env`` first, then the operator's own (a repeated name takes the later value)."""
-    cm, secret = config_map_name(md), secret_name(md)
+    """The user's ``pod.env`` first, then ``spec.tracing``'s (minus the names the user set), then the operator's
+    own (a repeated name takes the later value)."""
+    cm, secret, user = config_map_name(md), secret_name(md), md.spec.pod.env
     env: list[dict[str, Any]] = [
-        *md.spec.pod.env,
+        *user,
+        *tracing_env(md, "engine", deployment_name(md), user),
         {"name": ADMIN_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": TOKEN_KEY}}},
         {"name": SEQS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": SEQS_KEY}}},
         {"name": TOKENS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": TOKENS_KEY}}},

@@ -17,6 +17,7 @@ from paged_platform.api import ModelDeployment
 
 from paged_operator import pod_security
 from paged_operator.children import HTTP_PORT_NAME, owner_reference, router_name, service_name
+from paged_operator.tracing_env import tracing_args, tracing_env
 
 ROUTER_CONTAINER = "router"
 ROUTER_PORT = 8080
@@ -56,7 +57,14 @@ def router_args(md: ModelDeployment) -> list[str]:
     return [
         "--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--service", service_name(md),
         "--namespace", md.metadata.namespace or "", "--port-name", HTTP_PORT_NAME, "--policy", md.spec.router.policy,
+        *tracing_args(md),
     ]  # fmt: skip
+
+
+def router_env(md: ModelDeployment) -> list[dict[str, Any]]:
+    """The user's ``router.env``, then ``spec.tracing``'s (minus the names the user set)."""
+    user = md.spec.router.env
+    return [*user, *tracing_env(md, "router", router_name(md), user)]
 
 
 def _probe(path: str, period_s: int) -> dict[str, Any]:
@@ -64,7 +72,7 @@ def _probe(path: str, period_s: int) -> dict[str, Any]:
 
 
 def router_deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
-    container = {
+    container: dict[str, Any] = {
         "name": ROUTER_CONTAINER,
         "image": md.spec.router.image,
         "command": ["paged-router"],
@@ -75,6 +83,8 @@ def router_deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
         "readinessProbe": _probe("/ready", 5),
         "securityContext": pod_security.container_security_context(),
     }
+    if env := router_env(md):
+        container["env"] = env
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -39,6 +39,7 @@ from paged_platform.api.spec import (
     RolloutSpec,
     SchedulerBudget,
     ServiceSpec,
+    TracingSpec,
 )
 from paged_platform.api.status import (
     MAX_DECISIONS,
@@ -100,6 +101,7 @@ __all__ = [
     "SecretKeyRef",
     "SecretRef",
     "ServiceSpec",
+    "TracingSpec",
     "describe_source",
     "parse_quantity",
 ]

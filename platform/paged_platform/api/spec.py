@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field
 from paged_platform.api.adapters import MAX_ADAPTERS, Adapter
 from paged_platform.api.base import ApiModel, IntOrPercent, Quantity, cel
 from paged_platform.api.model_source import DNS_SUBDOMAIN_PATTERN, ModelSource, SecretKeyRef, SecretRef
+from paged_platform.tracing_contract import DEFAULT_PROTOCOL, Exporter, OtlpProtocol
 
 DEFAULT_ENGINE_IMAGE = "ghcr.io/paged/paged-engine:0.1.0"
 #: `paged-router` ships in the operator image (the platform package without torch).
@@ -243,6 +244,34 @@ class RouterSpec(ApiModel):
     policy: Literal["cache_aware", "prefix", "least_load", "round_robin", "session"] = "cache_aware"
     replicas: int = Field(1, ge=1, le=100)
     image: str = Field(DEFAULT_ROUTER_IMAGE, min_length=1, max_length=512)
+    env: list[dict[str, Any]] = Field(default_factory=list, max_length=256, json_schema_extra={"default": []})
+    """Environment variables of the router container, as in a Pod spec (like `OTEL_EXPORTER_OTLP_HEADERS` from a
+    Secret); a name `tracing` also sets takes this value."""
+
+
+class TracingSpec(ApiModel):
+    """OpenTelemetry traces of the engines and the router, rendered into both alike: `--otel-exporter` and the
+    standard `OTEL_*` variables (docs/observability.md#tracing). A variable of the same name in `pod.env` (the
+    engines) or `router.env` (the router) wins over the one this sets."""
+
+    exporter: Exporter = "off"
+    """`off`, `console` (spans printed to the container's log) or `otlp` (sent to `endpoint`)."""
+    endpoint: str | None = Field(None, max_length=2048, pattern=r"^https?://\S+$")
+    """The collector's OTLP base URL, like `http://otel-collector.observability:4318`; required with `otlp`. For
+    `http/protobuf`, `/v1/traces` is appended."""
+    protocol: OtlpProtocol = DEFAULT_PROTOCOL
+    """`http/protobuf` (port 4318 by convention) or `grpc` (4317)."""
+    sampling_ratio: float = Field(1.0, ge=0, le=1)
+    """The share of the traces started here that are recorded. Parent-based: a request that arrives with a trace
+    context follows its sampled flag."""
+
+    @cel(
+        "self.exporter != 'otlp' || has(self.endpoint)",
+        "tracing.endpoint is required when tracing.exporter is otlp (the collector's URL)",
+        field_path=".endpoint",
+    )
+    def _otlp_has_endpoint(self) -> bool:
+        return self.exporter != "otlp" or self.endpoint is not None
 
 
 class NamedObject(ApiModel):
@@ -314,6 +343,7 @@ class ModelDeploymentSpec(ApiModel):
     rollout: RolloutSpec = _sub(RolloutSpec)
     service: ServiceSpec = _sub(ServiceSpec)
     router: RouterSpec = _sub(RouterSpec)
+    tracing: TracingSpec = _sub(TracingSpec)
     pod: PodSettings = _sub(PodSettings)
     auth: AuthSpec = _sub(AuthSpec)
 
