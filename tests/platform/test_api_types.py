@@ -26,7 +26,7 @@ from paged_platform.api import (
     PathModel,
     parse_quantity,
 )
-from paged_platform.api.spec import ReplicasSpec, RolloutSpec, SchedulerBudget
+from paged_platform.api.spec import ReplicasSpec, RolloutSpec, SchedulerBudget, TracingSpec
 from paged_platform.crd import openapi_schema, to_structural
 from pydantic import ValidationError
 
@@ -105,6 +105,11 @@ INVALID = [
     ({"replicas": {"mn": 1}}, "Extra inputs are not permitted"),
     ({"model": {"name": "/models/x", "volume": {"claimName": "w", "mountPath": "/models/"}}}, "should match pattern"),
     ({"resources": {"gpuResourceName": "nvidia.com/gpu type"}}, "should match pattern"),
+    ({"tracing": {"exporter": "otlp"}}, "tracing.endpoint is required when tracing.exporter is otlp"),
+    ({"tracing": {"exporter": "otlp", "endpoint": "otel-collector:4317"}}, r"tracing.endpoint\n.*should match pattern"),
+    ({"tracing": {"samplingRatio": 1.5}}, r"tracing.samplingRatio\n.*less than or equal to 1"),
+    ({"tracing": {"protocol": "http/json"}}, r"tracing.protocol\n.*Input should be 'grpc' or 'http/protobuf'"),
+    ({"tracing": {"exporter": "jaeger"}}, r"tracing.exporter\n.*Input should be 'off', 'console' or 'otlp'"),
 ]
 
 
@@ -197,6 +202,15 @@ def test_rollout_rule_agrees_with_cel(rollout: dict[str, Any]) -> None:
 )
 def test_model_rules_agree_with_cel(name: str, volume: dict[str, Any] | None) -> None:
     agree(ModelSource, {"name": name} | ({"volume": volume} if volume is not None else {}))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    exporter=st.sampled_from(["off", "console", "otlp", None]),
+    endpoint=st.sampled_from(["http://otel-collector.observability:4318", None]),
+)
+def test_tracing_rule_agrees_with_cel(exporter: str | None, endpoint: str | None) -> None:
+    agree(TracingSpec, {k: v for k, v in (("exporter", exporter), ("endpoint", endpoint)) if v is not None})
 
 
 @settings(max_examples=60, deadline=None)

@@ -99,6 +99,11 @@ REFUSED = [
     ({"autoscaling": {"targets": {"kvCacheUsage": 1.5}}}, "spec.autoscaling.targets.kvCacheUsage"),
     ({"engine": {"kvCacheMemory": "2 GB"}}, "spec.engine.kvCacheMemory"),
     ({"engine": {"blockSize": 24}}, "spec.engine.blockSize"),
+    ({"tracing": {"exporter": "otlp"}}, "tracing.endpoint is required when tracing.exporter is otlp"),
+    ({"tracing": {"exporter": "otlp", "endpoint": "otel-collector:4317"}}, "spec.tracing.endpoint in body"),
+    ({"tracing": {"samplingRatio": 1.5}}, "spec.tracing.samplingRatio"),
+    ({"tracing": {"protocol": "http/json"}}, "spec.tracing.protocol: Unsupported value"),
+    ({"tracing": {"exporter": "jaeger"}}, "spec.tracing.exporter: Unsupported value"),
     *MODEL_SOURCE_REFUSED,
     *ADAPTERS_REFUSED,
 ]
