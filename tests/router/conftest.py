@@ -22,11 +22,12 @@ FAKE_MODEL = "fake-model"
 Proc = ServerProcess  # any server the tests start on loopback: an engine, a fake replica or the router
 
 
-def _spawn(command: list[str], port: int, log_dir: Path, ready_path: str, timeout: float = 60.0) -> Proc:
+def _spawn(command: list[str], port: int, log_dir: Path, ready_path: str, env: dict[str, str] | None = None) -> Proc:
     log_path = log_dir / f"proc-{port}.log"
+    environment = {**os.environ, **(env or {})}
     with log_path.open("wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ})
-    return wait_ready(Proc(process, port, log_path), ready_path, timeout, poll_s=0.1)
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=environment)
+    return wait_ready(Proc(process, port, log_path), ready_path, 60.0, poll_s=0.1)
 
 
 def start_fake(log_dir: Path, name: str) -> Proc:
@@ -34,11 +35,11 @@ def start_fake(log_dir: Path, name: str) -> Proc:
     return _spawn([sys.executable, str(FAKE), str(port), name], port, log_dir, "/ready")
 
 
-def start_router(log_dir: Path, endpoints: list[str], *extra: str) -> Proc:
+def start_router(log_dir: Path, endpoints: list[str], *extra: str, env: dict[str, str] | None = None) -> Proc:
     port = free_port()
     command = [sys.executable, "-m", "paged_platform.router", "--port", str(port), "--probe-interval", "0.2",
                "--log-level", "info", *(a for url in endpoints for a in ("--endpoint", url)), *extra]  # fmt: skip
-    return _spawn(command, port, log_dir, "/health")
+    return _spawn(command, port, log_dir, "/health", env=env)
 
 
 @pytest.fixture
