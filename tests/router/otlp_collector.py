@@ -1,5 +1,6 @@
-"""A minimal OTLP/HTTP trace collector on 127.0.0.1 for tests: ``POST /v1/traces`` with an
-``ExportTraceServiceRequest`` (binary protobuf, gzip or not), each span kept with its resource's attributes."""
+"""A minimal OTLP trace collector on 127.0.0.1 for tests, over either protocol: ``POST /v1/traces`` with an
+``ExportTraceServiceRequest`` (binary protobuf, gzip or not) for ``http/protobuf``, the ``TraceService/Export``
+call for ``grpc``. Each span is kept with its resource's attributes."""
 
 from __future__ import annotations
 
@@ -7,16 +8,23 @@ import contextlib
 import gzip
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (
+    TraceServiceServicer,
+    add_TraceServiceServicer_to_server,
+)
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
+from paged_platform.tracing_contract import OtlpProtocol
 
 PATH = "/v1/traces"
 
@@ -42,9 +50,10 @@ def _attributes(pairs: Any) -> dict[str, Any]:
 
 
 class OtlpCollector:
-    """Serves while ``running()``; ``received()`` is every span so far, in arrival order."""
+    """Serves ``protocol`` while ``running()``; ``received()`` is every span so far, in arrival order."""
 
-    def __init__(self) -> None:
+    def __init__(self, protocol: OtlpProtocol = "http/protobuf") -> None:
+        self.protocol = protocol
         self._spans: list[ReceivedSpan] = []
         self._lock = threading.Lock()
         collector = self
@@ -68,12 +77,26 @@ class OtlpCollector:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Servicer(TraceServiceServicer):
+            def Export(self, request: ExportTraceServiceRequest, context: Any) -> ExportTraceServiceResponse:
+                collector.receive(request)
+                return ExportTraceServiceResponse()
+
+        self._http: ThreadingHTTPServer | None = None
+        self._grpc: grpc.Server | None = None
+        if protocol == "grpc":
+            self._grpc = grpc.server(ThreadPoolExecutor(max_workers=2))
+            add_TraceServiceServicer_to_server(Servicer(), self._grpc)
+            self._port = self._grpc.add_insecure_port("127.0.0.1:0")
+        else:
+            self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            self._port = self._http.server_address[1]
 
     @property
     def endpoint(self) -> str:
-        """The base URL, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes it (the exporter appends ``/v1/traces``)."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        """The URL ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes (the HTTP exporter appends ``/v1/traces``; ``http://``
+        makes the gRPC exporter connect without TLS)."""
+        return f"http://127.0.0.1:{self._port}"
 
     def received(self) -> list[ReceivedSpan]:
         with self._lock:
@@ -96,11 +119,19 @@ class OtlpCollector:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[OtlpCollector]:
-        thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        if self._grpc is not None:
+            self._grpc.start()
+            try:
+                yield self
+            finally:
+                self._grpc.stop(grace=1).wait(5)
+            return
+        assert self._http is not None
+        thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         thread.start()
         try:
             yield self
         finally:
-            self._server.shutdown()
-            self._server.server_close()
+            self._http.shutdown()
+            self._http.server_close()
             thread.join(5)

@@ -3,7 +3,8 @@
 ``spec.tracing`` into its container, export over OTLP/HTTP to a collector in this test. A completion with the
 client's ``traceparent`` arrives as the router's span (a child of the client's) and the engine's (a child of the
 router's), in the client's trace, each under its service name; with ``samplingRatio: 0`` a request that starts
-its own trace is dropped by both (the parent-based sampler follows the router's decision into the engine)."""
+its own trace is dropped by both (the parent-based sampler follows the router's decision into the engine). Over
+gRPC, the router alone in front of a fake replica."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from paged_operator import children, router_children
 from paged_platform.api import ModelDeployment
 
 from tests.kubelet_env import container_environment
-from tests.router.conftest import Proc, replica_states, start_router, wait_until
+from tests.router.conftest import FAKE_MODEL, Proc, replica_states, seen, start_router, wait_until
 from tests.router.otlp_collector import OtlpCollector
 from tests.server.conftest import COMMON_ARGS, MODEL_NAME, start_server
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = pytest.mark.server
 UID = "7f1c8d2e-0000-4000-8000-000000000004"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -37,23 +38,29 @@ def rendered(container: dict[str, Any], pod: str) -> tuple[list[str], dict[str, 
     return args[at : at + 2], {**tracing, "OTEL_BSP_SCHEDULE_DELAY": "50"}
 
 
+def traced_deployment(collector: OtlpCollector, ratio: float) -> ModelDeployment:
+    tracing = {"exporter": "otlp", "endpoint": collector.endpoint, "protocol": collector.protocol,
+               "samplingRatio": ratio}  # fmt: skip
+    spec = {"router": {"enabled": True}, "tracing": tracing}
+    return ModelDeployment.model_validate({"metadata": {"name": "gemma", "namespace": "team-a"}, "spec": spec})
+
+
+def router_container(md: ModelDeployment) -> dict[str, Any]:
+    (container,) = router_children.router_deployment(md, UID)["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.slow
 def test_router_and_engine_spans_reach_an_otlp_collector_in_one_trace(tiny_gemma_dir: Path, tmp_path: Path) -> None:
     started: list[Proc] = []
-    with OtlpCollector().running() as collector:
-        tracing = {"exporter": "otlp", "endpoint": collector.endpoint, "protocol": "http/protobuf", "samplingRatio": 0}
-        md = ModelDeployment.model_validate(
-            {
-                "metadata": {"name": "gemma", "namespace": "team-a"},
-                "spec": {"router": {"enabled": True}, "tracing": tracing},
-            }
-        )
+    with OtlpCollector("http/protobuf").running() as collector:
+        md = traced_deployment(collector, ratio=0)
         (engine_container,) = children.deployment(md, UID)["spec"]["template"]["spec"]["containers"]
-        (router_container,) = router_children.router_deployment(md, UID)["spec"]["template"]["spec"]["containers"]
         try:
             flag, env = rendered(engine_container, "gemma-6b7c-engine0")
             engine = start_server(tiny_gemma_dir, tmp_path, *COMMON_ARGS, *flag, env=env)
             started.append(engine)
-            flag, env = rendered(router_container, "gemma-router-5d4f-router0")
+            flag, env = rendered(router_container(md), "gemma-router-5d4f-router0")
             router = start_router(tmp_path, [engine.url], *flag, env=env)
             started.append(router)
             wait_until(lambda: all(r["ready"] for r in replica_states(router).values()))
@@ -83,3 +90,20 @@ def test_router_and_engine_spans_reach_an_otlp_collector_in_one_trace(tiny_gemma
     assert engine_span.resource["k8s.pod.name"] == "gemma-6b7c-engine0"
     assert engine_span.resource["k8s.deployment.name"] == "gemma"
     assert engine_span.resource["k8s.namespace.name"] == "team-a"
+
+
+def test_the_router_exports_over_grpc(fakes, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (replica,) = fakes(1)
+    with OtlpCollector("grpc").running() as collector:
+        flag, env = rendered(router_container(traced_deployment(collector, ratio=1)), "gemma-router-0")
+        router = start_router(tmp_path, [replica.url], *flag, env=env)
+        try:
+            wait_until(lambda: all(r["ready"] for r in replica_states(router).values()))
+            body = {"model": FAKE_MODEL, "prompt": "x", "max_tokens": 2}
+            headers = {"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"}
+            assert httpx.post(f"{router.url}/v1/completions", json=body, headers=headers, timeout=30).status_code == 200
+            (span,) = wait_until(collector.received, timeout=30)  # type: ignore[misc]
+        finally:
+            router.stop()
+    assert (span.service, span.trace_id, span.parent_span_id) == ("gemma-router", TRACE_ID, CLIENT_SPAN)
+    assert seen(replica)["traceparent"] == f"00-{TRACE_ID}-{span.span_id}-01"
