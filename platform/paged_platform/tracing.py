@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from typing import cast
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
@@ -53,7 +54,7 @@ def otlp_protocol(environ: Mapping[str, str]) -> OtlpProtocol:
         if value := environ.get(name, "").strip():
             if value not in PROTOCOLS:
                 raise SystemExit(f"{name}={value!r} is not an OTLP protocol paged supports: use one of {PROTOCOLS}")
-            return value  # type: ignore[return-value]
+            return cast(OtlpProtocol, value)
     return DEFAULT_PROTOCOL
 
 

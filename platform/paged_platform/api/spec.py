@@ -246,7 +246,7 @@ class RouterSpec(ApiModel):
     image: str = Field(DEFAULT_ROUTER_IMAGE, min_length=1, max_length=512)
     env: list[dict[str, Any]] = Field(default_factory=list, max_length=256, json_schema_extra={"default": []})
     """Environment variables of the router container, as in a Pod spec (like `OTEL_EXPORTER_OTLP_HEADERS` from a
-    Secret); a name `tracing` also sets takes this value."""
+    Secret); where `tracing` sets the same name, this value wins."""
 
 
 class TracingSpec(ApiModel):
