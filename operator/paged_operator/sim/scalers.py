@@ -15,6 +15,10 @@
   them): ticks every 2 s, a 60 s stable and a 6 s panic average, ``desired = ceil(avg / (target ×
   0.7))``; panic when the panic desire reaches 2× the ready pods, then it never scales down until
   a stable window passes without panic; at most halving per tick.
+* ``PresentOracle``: no policy, a reference. It reads the true arrival rate of the present from the trace's
+  profile (no measurement, no noise, no detection delay), keeps ``ceil(rate / per_pod)`` pods and removes them
+  at once when the rate falls; only the pods' start-up is left. What reacting perfectly to the load can reach,
+  which is the bound for every reactive policy here (it cannot know a burst before it starts).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from paged_operator.budget_tuner import Budgets
 from paged_operator.controller_logic import ControllerSpec, Observation, decide, initial_state
 from paged_operator.sim.fleet import Actuation, Snapshot
+from paged_operator.sim.workload import RateProfile
 
 
 class PagedScaler:
@@ -154,3 +159,26 @@ class KpaScaler:
             self._max_panic_pods = max(self._max_panic_pods, panic_pods, snapshot.replicas)
             desired = self._max_panic_pods
         return Actuation(replicas=min(self.max_replicas, max(self.min_replicas, desired)))
+
+
+class PresentOracle:
+    """``ceil(profile(now) / per_pod)`` pods within the bounds, every ``interval_s``."""
+
+    def __init__(
+        self,
+        profile: RateProfile,
+        *,
+        per_pod: float,
+        min_replicas: int,
+        max_replicas: int,
+        interval_s: float = 2.0,
+        name: str = "oracle-of-the-present",
+    ) -> None:
+        if not per_pod > 0:
+            raise ValueError(f"per_pod must be positive, got {per_pod}")
+        self.name, self.interval_s, self.profile, self.per_pod = name, interval_s, profile, per_pod
+        self.min_replicas, self.max_replicas = min_replicas, max_replicas
+
+    def observe(self, snapshot: Snapshot) -> Actuation:
+        need = math.ceil(self.profile(snapshot.time) / self.per_pod - 1e-9)
+        return Actuation(replicas=min(self.max_replicas, max(self.min_replicas, need)))
