@@ -30,11 +30,10 @@ signal with a tolerance band and asymmetric stabilisation windows, and Knative's
   minimum); a scale-down takes the largest recommendation of the long down-window. Fast up, slow
   down, and a load oscillating faster than the down-window never scales down.
 * **Saturation.** A queue above target that grows (arrivals outrun completions by more than the
-  tolerance) is capacity missing now, not a noisy sample: the scale-up skips the up-window and the
-  tolerance band (a burst that needs 7.7 replicas gets 8, not 7) and may double the fleet in one step
-  (``max(max_step_up, capacity)``, the HPA's default 100 % policy). In the request-level simulation the
-  up-window and the +4 step cost a burst 15 s to minutes, each second of it a queue that the new pods
-  cannot take over.
+  tolerance) is capacity missing now, not a noisy sample: the scale-up skips the up-window and may
+  double the fleet in one step (``max(max_step_up, capacity)``, the HPA's default 100 % policy). In
+  the request-level simulation the up-window and the +4 step cost a burst 15 s to minutes, each
+  second of it a queue that the new pods cannot take over.
 * **Released load.** The down-window keeps capacity for load seen in it; a recommendation made at an
   arrival rate the fleet has not seen again (within the tolerance) for ``release_window_s`` no longer
   holds it, so a burst that ended is given back one release window after its end, not a whole
@@ -460,9 +459,7 @@ def decide(
     signals = compute_signals(spec, view, ready, starting, served_on_target=served)
     top = max(signals, key=lambda s: s.demand)
     growing = saturated(spec, view)
-    # The dead band is for noise in proportional readings; a growing queue is capacity missing now.
-    band = 0.0 if growing and top.demand > capacity else spec.tolerance
-    raw = spec.clamp(_replicas_for(top.demand, capacity, band))
+    raw = spec.clamp(_replicas_for(top.demand, capacity, spec.tolerance))
     load = [s for s in signals if s.name in BURST_SIGNALS]
     burst_top = max(load, key=lambda s: s.demand) if load else None
     burst_demand = burst_top.demand if burst_top else 0.0
@@ -570,7 +567,7 @@ def decide(
         spec,
         capacity,
         stepped,
-        _replicas_for(top.demand, capacity, band),
+        _replicas_for(top.demand, capacity, spec.tolerance),
         reason,
         signals=signals,
         step_limited=stepped != target,
