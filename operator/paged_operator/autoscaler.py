@@ -36,7 +36,7 @@ signal with a tolerance band and asymmetric stabilisation windows, and Knative's
   second of it a queue that the new pods cannot take over.
 * **Released load.** The down-window keeps capacity for load seen in it; a recommendation made at an
   arrival rate the fleet has not seen again (within the tolerance) for ``release_window_s`` no longer
-  holds it, so a burst that ended is given back one release window after its end, not a whole
+  holds it, so a burst that ended is given back within one release window of its end, not a whole
   down-window. Never within the down-window of the last scale-up: reversing one that soon is a flap.
   Load that returns within the release window (an oscillation) still holds its peak.
 * **Rising arrivals.** A scale-down is sized for the fleet's arrival rate one down-window ahead, at

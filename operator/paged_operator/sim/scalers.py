@@ -17,8 +17,8 @@
   a stable window passes without panic; at most halving per tick.
 * ``PresentOracle``: no policy, a reference. It reads the true arrival rate of the present from the trace's
   profile (no measurement, no noise, no detection delay), keeps ``ceil(rate / per_pod)`` pods and removes them
-  at once when the rate falls; only the pods' start-up is left. What reacting perfectly to the load can reach,
-  which is the bound for every reactive policy here (it cannot know a burst before it starts).
+  at once when the rate falls; only the pods' start-up is left. What reacting perfectly to the load can reach
+  at that per-pod rate: a bound for any policy that sizes for it and cannot know a burst before it starts.
 """
 
 from __future__ import annotations
