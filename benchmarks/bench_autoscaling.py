@@ -63,12 +63,17 @@ class Trace:
         )
 
 
+def diurnal_bursts(scale: float = 1.0) -> tuple[tuple[float, float, float], ...]:
+    """The diurnal trace's bursts as (start s, length s, factor): minute-scale, longer than a pod's start-up
+    (shorter ones only headroom can absorb: the production-like trace's gamma clumps test that)."""
+    day = 7200.0 * scale
+    return tuple((day * f, 240.0 * scale, m) for f, m in ((0.2, 2.0), (0.5, 1.6), (0.72, 2.0)))
+
+
 def traces(quick: bool) -> list[Trace]:
     scale = 0.25 if quick else 1.0
     day = 7200.0 * scale
-    # Minute-scale bursts, longer than a pod's start-up (shorter ones only headroom can absorb:
-    # the production-like trace's gamma clumps test that).
-    bursts = tuple((day * f, 240.0 * scale, m) for f, m in ((0.2, 2.0), (0.5, 1.6), (0.72, 2.0)))
+    bursts = diurnal_bursts(scale)
     moderate, production = workload.MODERATE_LENGTHS, workload.PRODUCTION_LENGTHS
     return [
         Trace("diurnal+bursts", workload.diurnal(4, 40, day, bursts), day, moderate),

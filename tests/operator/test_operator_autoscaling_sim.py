@@ -118,6 +118,17 @@ def test_present_oracle_keeps_what_the_true_rate_needs_now_within_the_bounds() -
         PresentOracle(workload.step(3, 15, 300), per_pod=0, min_replicas=1, max_replicas=2)
 
 
+def test_present_oracle_holds_a_scale_up_and_looks_ahead_when_asked() -> None:
+    burst = workload.diurnal(5, 5, 3600, ((100.0, 60.0, 3.0),))  # 5 requests/s, 15 from t=100 to 160
+    held = PresentOracle(burst, per_pod=5.0, min_replicas=1, max_replicas=8, hold_after_up_s=300)
+    assert held.observe(snapshot(replicas=1, kv=[0.9], t=100)).replicas == 3
+    assert held.observe(snapshot(replicas=3, kv=[0.1] * 3, t=200)).replicas == 3  # burst over, scale-up 100 s ago
+    assert held.observe(snapshot(replicas=3, kv=[0.1] * 3, t=400)).replicas == 1
+    ahead = PresentOracle(burst, per_pod=5.0, min_replicas=1, max_replicas=8, lead_s=90)
+    assert ahead.observe(snapshot(replicas=1, kv=[0.1], t=20)).replicas == 3  # the burst is within 90 s
+    assert ahead.observe(snapshot(replicas=1, kv=[0.1], t=5)).replicas == 1
+
+
 def test_flaps_are_quick_reversals() -> None:
     assert flaps([(0, 1, 3), (100, 3, 2), (1000, 2, 4), (1100, 4, 5)]) == 1
     assert flaps([(0, 1, 3), (400, 3, 2)]) == 0
