@@ -34,6 +34,11 @@ signal with a tolerance band and asymmetric stabilisation windows, and Knative's
   double the fleet in one step (``max(max_step_up, capacity)``, the HPA's default 100 % policy). In
   the request-level simulation the up-window and the +4 step cost a burst 15 s to minutes, each
   second of it a queue that the new pods cannot take over.
+* **Released load.** The down-window keeps capacity for load seen in it; a recommendation made at an
+  arrival rate the fleet has not seen again (within the tolerance) for ``release_window_s`` no longer
+  holds it, so a burst that ended is given back within one release window of its end, not a whole
+  down-window. Never within the down-window of the last scale-up: reversing one that soon is a flap.
+  Load that returns within the release window (an oscillation) still holds its peak.
 * **Rising arrivals.** A scale-down is sized for the fleet's arrival rate one down-window ahead, at
   its least-squares trend over that window: undoing it within that window is a flap, and on a
   diurnal rise the count that is right now is short minutes later.
@@ -94,6 +99,9 @@ class AutoscalingPolicySpec:
         within the down-window) stays the floor for later scale-downs.
     capacity_memory_s: how long a per-replica completion rate observed near the targets counts as
         what one replica serves (the ``arrival_rate`` signal's target); 0 turns that signal off.
+    release_window_s: a down-window recommendation made at a fleet arrival rate above everything seen
+        over this long (by more than ``tolerance``) no longer holds a scale-down, except within the
+        down-window of the last scale-up; 0 keeps every recommendation for the whole down-window.
     dry_run: decide and report, but the controller must not change the replica count.
     """
 
@@ -114,6 +122,7 @@ class AutoscalingPolicySpec:
     panic_hold_s: float = 60.0
     scale_down_memory_s: float = 3600.0
     capacity_memory_s: float = 3600.0
+    release_window_s: float = 120.0
     dry_run: bool = False
 
     def __post_init__(self) -> None:
@@ -138,6 +147,7 @@ class AutoscalingPolicySpec:
             "panic_hold_s",
             "scale_down_memory_s",
             "capacity_memory_s",
+            "release_window_s",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be non-negative, got {getattr(self, name)}")
@@ -184,6 +194,7 @@ class AutoscalerState:
     more than ``tolerance`` below the largest demand of the down-window that scale-down was decided
     in (a diurnal trough after the peak), the floor no longer applies; a new undone scale-down sets a new one.
     ``capacity``: per-replica completion rates seen near the targets (``capacity_on_target``).
+    ``last_up``: when the count last went up (no recommendation is released within the down-window after it).
     """
 
     history: tuple[Recommendation, ...] = ()
@@ -195,6 +206,7 @@ class AutoscalerState:
     floor_memory_s: float | None = None  # how long the last floor was held (doubles when re-proven)
     floor_demand: float | None = None  # the demand the failed scale-down was decided at
     capacity: tuple[tuple[float, float], ...] = ()  # (time, served/s per replica on target), rates decreasing
+    last_up: float | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +373,28 @@ def arrival_growth(history: list[Recommendation], horizon_s: float) -> float:
     return (now_rate + slope * horizon_s) / now_rate
 
 
+def released(window: list[Recommendation], recent: list[Recommendation], tolerance: float) -> list[Recommendation]:
+    """The recommendations of ``window`` (oldest first) that still hold a scale-down: those made at a fleet arrival
+    rate within ``tolerance`` of the highest one of ``recent`` (the release window's), and ``recent`` itself. One
+    without a rate (the first decision after a restart: rates need two scrapes) is judged by the last rate before
+    it, and kept when there is none. Without any rate in ``recent`` nothing is released.
+
+    Invariants: the result is a non-empty subset of ``window`` (when ``window`` is non-empty) containing every
+    recommendation of ``recent`` that is in ``window``, so a scale-down still waits for whatever the release
+    window asked for.
+    """
+    rates = [r.arrivals for r in recent if r.arrivals is not None]
+    if not rates:
+        return window
+    level = max(rates) * (1.0 + tolerance)
+    kept, last = [], None
+    for r in window:
+        last = r.arrivals if r.arrivals is not None else last
+        if last is None or last <= level or r in recent:
+            kept.append(r)
+    return kept or window
+
+
 def saturated(spec: AutoscalingPolicySpec, view: FleetView) -> bool:
     """Requests wait above target and arrive faster than they complete: capacity is short now."""
     arriving, done = view.arrival_rate_per_replica, view.completion_rate_per_replica
@@ -424,6 +458,7 @@ def decide(
     served = capacity_seen[0][1] if capacity_seen else None
     signals = compute_signals(spec, view, ready, starting, served_on_target=served)
     top = max(signals, key=lambda s: s.demand)
+    growing = saturated(spec, view)
     raw = spec.clamp(_replicas_for(top.demand, capacity, spec.tolerance))
     load = [s for s in signals if s.name in BURST_SIGNALS]
     burst_top = max(load, key=lambda s: s.demand) if load else None
@@ -455,8 +490,14 @@ def decide(
         by = f" ({burst_top.name} asks for {target})" if burst_top else ""
         notes.append(f"panic{by}: burst of demand, scaling up without waiting, no scale-down")
     else:
-        up = raw if saturated(spec, view) else min(r.replicas for r in within(spec.stabilization_window_up_s))
-        down = max(r.replicas for r in within(spec.stabilization_window_down_s))
+        up = raw if growing else min(r.replicas for r in within(spec.stabilization_window_up_s))
+        window = within(spec.stabilization_window_down_s)
+        just_up = state.last_up is not None and now - state.last_up < spec.stabilization_window_down_s
+        held_for = window
+        if spec.release_window_s > 0 and not just_up:
+            # Recommendations made at a load not seen for the release window no longer hold capacity.
+            held_for = released(window, within(spec.release_window_s), spec.tolerance)
+        down = max(r.replicas for r in held_for)
         if now - first_seen < spec.stabilization_window_up_s:
             up = min(up, capacity)
         if now - first_seen < spec.stabilization_window_down_s:
@@ -466,6 +507,8 @@ def decide(
             notes.append(f"up-stabilisation over {spec.stabilization_window_up_s:g} s holds at {target}")
         elif raw < capacity and target > raw:
             notes.append(f"down-stabilisation over {spec.stabilization_window_down_s:g} s holds at {target}")
+        if target < capacity and down < max(r.replicas for r in window):
+            notes.append(f"arrivals of the down-window's peak not seen for {spec.release_window_s:g} s: released")
     if degraded and target < capacity:
         target = capacity
         notes.append(f"only {view.reporting}/{ready} replicas reported: no scale-down")
@@ -487,7 +530,7 @@ def decide(
     if starting and raw > ready and target == capacity:
         notes.append(f"{starting} starting replica(s) credited")
 
-    step_up = max(spec.max_step_up, capacity) if saturated(spec, view) else spec.max_step_up
+    step_up = max(spec.max_step_up, capacity) if growing else spec.max_step_up
     stepped = min(target, capacity + step_up) if target > capacity else target
     stepped = max(stepped, capacity - spec.max_step_down) if stepped < capacity else stepped
     if stepped != target:
@@ -504,8 +547,18 @@ def decide(
             memory = 2 * memory if again and memory is not None else spec.scale_down_memory_s
             kept_floor, floor_until, last_down, floor_demand = down_from, now + memory, None, down_demand
             notes.append(f"scale-down {down_from} → {down_to} undone: {down_from} is a floor for {memory:g} s")
+    last_up = now if stepped > capacity else state.last_up
     new_state = AutoscalerState(
-        history, panic_until, first_seen, last_down, kept_floor, floor_until, memory, floor_demand, capacity_seen
+        history,
+        panic_until,
+        first_seen,
+        last_down,
+        kept_floor,
+        floor_until,
+        memory,
+        floor_demand,
+        capacity_seen,
+        last_up,
     )
     reason = f"{top.describe(ready)} → {raw}"
     if notes:

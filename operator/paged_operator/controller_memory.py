@@ -57,6 +57,7 @@ def encode(state: ControllerState) -> str:
             "floorMemory": scaler.floor_memory_s,
             "floorDemand": scaler.floor_demand,
             "capacity": [[t, r] for t, r in scaler.capacity],
+            "lastUp": scaler.last_up,
         },
         "tuner": _tuner(state.tuner),
         "arbiter": {
@@ -115,6 +116,7 @@ def decode(text: str | None, *, rate_window_s: float) -> ControllerState | None:
             floor_memory_s=_opt_float(scaler["floorMemory"]),
             floor_demand=_opt_float(scaler["floorDemand"]),
             capacity=tuple((float(t), float(r)) for t, r in scaler["capacity"]),
+            last_up=_opt_float(scaler.get("lastUp")),  # absent in an older operator's text: no recent scale-up
         )
         tune = arbiter["lastTune"]
         return ControllerState(

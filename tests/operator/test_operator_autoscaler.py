@@ -17,6 +17,7 @@ from paged_operator.autoscaler import (
     arrival_growth,
     compute_signals,
     decide,
+    released,
     saturated,
 )
 
@@ -174,6 +175,78 @@ def test_a_scale_down_holds_what_rising_arrivals_will_need_a_down_window_later()
     held = counts(rising=True)
     assert held[-1] == 4  # ceil(2.4 x growth x 1.1) for the load a down-window ahead
     assert held == sorted(held, reverse=True)  # still only down, one step at a time
+
+
+def test_released_drops_recommendations_made_at_a_load_no_longer_seen() -> None:
+    def rec(t: float, replicas: int, arrivals: float | None) -> Recommendation:
+        return Recommendation(t, float(replicas), float(replicas), replicas, arrivals)
+
+    unknown, burst, gap = rec(0, 7, None), rec(15, 9, 60.0), rec(30, 8, None)
+    near, after = rec(45, 5, 32.0), [rec(60, 4, 30.0), rec(75, 4, 29.5)]
+    window = [unknown, burst, gap, near, *after]
+    # 32 is within 10 % of the release window's 30: still seen; 60 is not, nor the gap after it (judged by
+    # the rate before it); a recommendation with no rate before it stays.
+    assert released(window, after, 0.1) == [unknown, near, *after]
+    assert released(window, [rec(75, 4, None)], 0.1) == window  # no rate in the release window: nothing released
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rates=st.lists(st.one_of(st.none(), st.floats(0, 100)), min_size=1, max_size=30),
+    recent=st.integers(1, 30),
+    tolerance=st.floats(0, 0.5),
+)
+def test_released_keeps_the_release_window_and_never_empties(
+    rates: list[float | None], recent: int, tolerance: float
+) -> None:
+    window = [Recommendation(15.0 * i, 1.0, 1.0, i, r) for i, r in enumerate(rates)]
+    tail = window[-recent:]
+    kept = released(window, tail, tolerance)
+    assert kept and all(r in window for r in kept)
+    assert all(r in kept for r in tail)
+    assert max(r.replicas for r in kept) >= max(r.replicas for r in tail)
+
+
+def burst_then_calm(spec: AutoscalingPolicySpec, *, up_at: float | None = None) -> list[tuple[float, int]]:
+    """8 replicas through a burst (60 requests/s, KV on target) that ends at t=150 (then 25 requests/s, KV
+    low); ``up_at``: the burst's scale-up (4 → 8) at that time instead of 8 replicas from the start.
+    Returns (time, replicas) of every scale-down."""
+    state, ready, downs = AutoscalerState(first_seen=-1000.0), 8 if up_at is None else 4, []
+    for i in range(60):
+        t = 15.0 * i
+        fleet, kv = (60.0, 0.75) if t < 150 else (25.0, 0.3)
+        v = view(ready=ready, kv=kv * 8 / ready, arrival=fleet / ready, completion=fleet / ready, t=t)
+        d, state = decide(spec, state, v, ready=ready, starting=0, now=t)
+        if up_at is not None and t == up_at:
+            d, ready = replace(d, desired=8), 8
+            state = replace(state, last_up=t)
+        if d.desired < ready:
+            downs.append((t, d.desired))
+        ready = d.desired
+    return downs
+
+
+def test_a_burst_that_ended_is_given_back_after_the_release_window_not_the_down_window() -> None:
+    spec = replace(SPEC, stabilization_window_down_s=300, release_window_s=60)
+    downs = burst_then_calm(spec)
+    # The burst's recommendations stop holding once its last one (t=135) has left the 60 s release window.
+    assert downs[0][0] == 135 + 60
+    assert [n for _, n in downs] == sorted((n for _, n in downs), reverse=True)  # one step at a time
+    assert burst_then_calm(replace(spec, release_window_s=0))[0][0] == 135 + 300  # off: the whole down-window
+    # Never within the down-window of the last scale-up: reversing it that soon would be a flap.
+    assert burst_then_calm(spec, up_at=120.0)[0][0] >= 120 + 300
+
+
+def test_load_returning_within_the_release_window_keeps_its_peak() -> None:
+    spec = replace(SPEC, stabilization_window_down_s=300, release_window_s=60)
+    state, ready = AutoscalerState(first_seen=-1000.0), 6
+    for i in range(80):
+        t = 15.0 * i
+        fleet, kv = (36.0, 0.7) if (t // 45) % 2 == 0 else (18.0, 0.3)  # 45 s high, 45 s low
+        v = view(ready=ready, kv=kv, arrival=fleet / ready, completion=fleet / ready, t=t)
+        d, state = decide(spec, state, v, ready=ready, starting=0, now=t)
+        assert d.desired >= 6, f"scaled down at t={t:g} though the peak returns every 90 s"
+        ready = d.desired
 
 
 def test_max_step_up_and_limits() -> None:
@@ -353,6 +426,7 @@ def test_dry_run_is_marked() -> None:
         ("ttft_p95_slo_s", -1.0, "ttft_p95_slo_s must be positive when set, got -1.0"),
         ("tolerance", 1.0, r"tolerance must be in \[0, 1\), got 1.0"),
         ("stabilization_window_down_s", -5, "stabilization_window_down_s must be non-negative, got -5"),
+        ("release_window_s", -1.0, "release_window_s must be non-negative, got -1.0"),
         ("max_step_up", 0, "max_step_up and max_step_down must be at least 1"),
         ("panic_threshold", 1.0, "panic_threshold must be greater than 1, got 1.0"),
     ],

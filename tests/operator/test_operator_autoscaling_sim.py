@@ -15,7 +15,7 @@ from paged_operator.metrics import EngineSample
 from paged_operator.sim import workload
 from paged_operator.sim.engine_model import EngineModel, Pod, SimRequest
 from paged_operator.sim.fleet import Actuation, Snapshot, run
-from paged_operator.sim.scalers import HpaBehavior, HpaScaler, KedaScaler, KpaScaler, PagedScaler
+from paged_operator.sim.scalers import HpaBehavior, HpaScaler, KedaScaler, KpaScaler, PagedScaler, PresentOracle
 from paged_operator.sim.scoring import flaps, score
 
 LENGTHS = workload.MODERATE_LENGTHS
@@ -108,6 +108,25 @@ def test_kpa_panics_at_twice_the_target_and_holds() -> None:
     assert burst[0] >= 4 and burst[-1] == 10
     quiet = [kpa.observe(snapshot(replicas=10, kv=[0.1] * 2, t=68.0 + 2 * i)).replicas for i in range(20)]
     assert all(r >= 10 for r in quiet)  # no scale-down in panic
+
+
+def test_present_oracle_keeps_what_the_true_rate_needs_now_within_the_bounds() -> None:
+    oracle = PresentOracle(workload.step(3, 15, 300), per_pod=5.0, min_replicas=1, max_replicas=2)
+    assert oracle.observe(snapshot(replicas=1, kv=[0.1], t=100)).replicas == 1  # ceil(3 / 5)
+    assert oracle.observe(snapshot(replicas=1, kv=[0.9], t=300)).replicas == 2  # ceil(15 / 5) = 3, at most 2
+    with pytest.raises(ValueError, match="per_pod must be positive, got 0"):
+        PresentOracle(workload.step(3, 15, 300), per_pod=0, min_replicas=1, max_replicas=2)
+
+
+def test_present_oracle_holds_a_scale_up_and_looks_ahead_when_asked() -> None:
+    burst = workload.diurnal(5, 5, 3600, ((100.0, 60.0, 3.0),))  # 5 requests/s, 15 from t=100 to 160
+    held = PresentOracle(burst, per_pod=5.0, min_replicas=1, max_replicas=8, hold_after_up_s=300)
+    assert held.observe(snapshot(replicas=1, kv=[0.9], t=100)).replicas == 3
+    assert held.observe(snapshot(replicas=3, kv=[0.1] * 3, t=200)).replicas == 3  # burst over, scale-up 100 s ago
+    assert held.observe(snapshot(replicas=3, kv=[0.1] * 3, t=400)).replicas == 1
+    ahead = PresentOracle(burst, per_pod=5.0, min_replicas=1, max_replicas=8, lead_s=90)
+    assert ahead.observe(snapshot(replicas=1, kv=[0.1], t=20)).replicas == 3  # the burst is within 90 s
+    assert ahead.observe(snapshot(replicas=1, kv=[0.1], t=5)).replicas == 1
 
 
 def test_flaps_are_quick_reversals() -> None:

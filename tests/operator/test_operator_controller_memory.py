@@ -41,6 +41,7 @@ def full_state() -> ControllerState:
         floor_memory_s=3600.0,
         floor_demand=3.71,
         capacity=((NOW - 600, 4.4), (NOW - 30, 4.1)),
+        last_up=NOW - 200,
     )
     tuner = TunerState(
         Budgets(48, 2048), NOW - 20, storm_level=64, storm_until=NOW + 580, itl_level=4096, itl_until=NOW

@@ -15,6 +15,12 @@
   them): ticks every 2 s, a 60 s stable and a 6 s panic average, ``desired = ceil(avg / (target ×
   0.7))``; panic when the panic desire reaches 2× the ready pods, then it never scales down until
   a stable window passes without panic; at most halving per tick.
+* ``PresentOracle``: no policy, a reference. It reads the true arrival rate of the present from the trace's
+  profile (no measurement, no noise, no detection delay), keeps ``ceil(rate / per_pod)`` pods and removes them
+  at once when the rate falls; only the pods' start-up is left. What reacting perfectly to the load can reach
+  at that per-pod rate: a bound for any policy that sizes for it and cannot know a burst before it starts.
+  Optionally it keeps a scale-up for ``hold_after_up_s`` (a policy that must not flap) or sizes for the highest
+  rate of the next ``lead_s`` (foresight, which no policy here has).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 from paged_operator.budget_tuner import Budgets
 from paged_operator.controller_logic import ControllerSpec, Observation, decide, initial_state
 from paged_operator.sim.fleet import Actuation, Snapshot
+from paged_operator.sim.workload import RateProfile
 
 
 class PagedScaler:
@@ -154,3 +161,40 @@ class KpaScaler:
             self._max_panic_pods = max(self._max_panic_pods, panic_pods, snapshot.replicas)
             desired = self._max_panic_pods
         return Actuation(replicas=min(self.max_replicas, max(self.min_replicas, desired)))
+
+
+class PresentOracle:
+    """``ceil(rate / per_pod)`` pods within the bounds, every ``interval_s``; ``rate`` is the profile's now, or its
+    highest over the next ``lead_s`` (sampled each second). A count below the current one waits until
+    ``hold_after_up_s`` have passed since the last scale-up."""
+
+    def __init__(
+        self,
+        profile: RateProfile,
+        *,
+        per_pod: float,
+        min_replicas: int,
+        max_replicas: int,
+        interval_s: float = 2.0,
+        hold_after_up_s: float = 0.0,
+        lead_s: float = 0.0,
+        name: str = "oracle-of-the-present",
+    ) -> None:
+        if not per_pod > 0:
+            raise ValueError(f"per_pod must be positive, got {per_pod}")
+        if hold_after_up_s < 0 or lead_s < 0:
+            raise ValueError(f"hold_after_up_s and lead_s must be non-negative, got {hold_after_up_s} and {lead_s}")
+        self.name, self.interval_s, self.profile, self.per_pod = name, interval_s, profile, per_pod
+        self.min_replicas, self.max_replicas = min_replicas, max_replicas
+        self.hold_after_up_s, self.lead_s = hold_after_up_s, lead_s
+        self._last_up = -math.inf
+
+    def observe(self, snapshot: Snapshot) -> Actuation:
+        now, current = snapshot.time, snapshot.replicas
+        rate = max(self.profile(now + k) for k in range(int(self.lead_s) + 1))
+        need = min(self.max_replicas, max(self.min_replicas, math.ceil(rate / self.per_pod - 1e-9)))
+        if need > current:
+            self._last_up = now
+        elif need < current and now - self._last_up < self.hold_after_up_s:
+            need = current
+        return Actuation(replicas=need)
