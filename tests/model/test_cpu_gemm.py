@@ -15,6 +15,7 @@ from paged_engine.models.cpu_gemm import (
     packed_linear,
     resolve_gemm_backend,
 )
+from paged_engine.sampling_params import SamplingParams
 from paged_engine.worker.cpu_malloc import keep_freed_memory
 from torch import nn
 
@@ -86,6 +87,26 @@ def test_engine_tokens_equal_with_and_without_packing(tmp_path):
     model = packed.engine.core.model
     assert isinstance(model.embed_tokens, PanelEmbedding)
     assert "embed_tokens.weight" not in dict(model.named_parameters())
+
+
+@onednn
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no bf16 GEMM on this CPU")
+def test_rescored_greedy_head_gives_the_fp32_heads_tokens(tmp_path):
+    """Greedy rows take the bf16-candidates head; rows that need the raw logits (logprobs, sampling) still get
+    the fp32 head, and every token is the same as with ``greedy_head="fp32"``."""
+    folder = save_tiny_model("gemma3", tmp_path)
+    save_tiny_tokenizer(folder)
+    rescored, full = make_llm(folder, greedy_head="auto"), make_llm(folder, greedy_head="fp32")
+    assert rescored.engine.core.model.greedy_head is not None and full.engine.core.model.greedy_head is None
+    calls = []
+    head = rescored.engine.core.model.greedy_head
+    rescored.engine.core.model.greedy_head = lambda hidden: calls.append(len(hidden)) or head(hidden)
+    assert token_ids(rescored.generate(prompts(), GREEDY)) == token_ids(full.generate(prompts(), GREEDY))
+    assert sum(calls) >= len(prompts()) * GREEDY.max_tokens
+    with_logprobs = SamplingParams(temperature=0.0, max_tokens=4, logprobs=2)
+    calls.clear()
+    got, expected = rescored.generate(prompts(), with_logprobs), full.generate(prompts(), with_logprobs)
+    assert not calls and token_ids(got) == token_ids(expected)
 
 
 def test_panel_embedding_reads_the_rows_of_the_packed_head():

@@ -21,6 +21,7 @@ from paged_engine.lora.registry import LoraModule, parse_lora_module
 from paged_engine.sampling_params import MAX_LOGPROBS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+GREEDY_HEADS = ("auto", "fp32")
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 DEFAULT_KV_CACHE_MEMORY = 2 << 30
 
@@ -79,6 +80,11 @@ class EngineConfig:
         "auto", "packed: CPU GEMM weights pre-packed once at load; auto uses it where it runs",
         env="PAGED_GEMM_BACKEND", choices=("auto", "packed", "torch"),
     )  # fmt: skip
+    greedy_head: str = _setting(
+        "auto", "greedy tokens on the CPU: auto (a bf16 pass over the LM head picks candidates, fp32 scores them:"
+        " the same tokens, about half the head's time; where bf16 GEMMs are fast) or fp32 (the whole head in fp32)",
+        env="PAGED_GREEDY_HEAD", choices=GREEDY_HEADS,
+    )  # fmt: skip
     cpu_isa: str = _setting(
         "auto", "instruction set of the CPU kernels: auto (the best this CPU has) or a cap (avx2, avx512)",
         env="PAGED_CPU_ISA", choices=("auto", "avx2", "avx512"),
@@ -115,6 +121,8 @@ class EngineConfig:
             raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.greedy_head not in GREEDY_HEADS:
+            raise ValueError(f"greedy_head must be one of {', '.join(GREEDY_HEADS)}, got {self.greedy_head!r}")
         if self.cpu_isa not in ("auto", "avx2", "avx512"):
             raise ValueError(f"cpu_isa must be auto, avx2 or avx512, got {self.cpu_isa!r}")
         if not 1 <= self.block_size <= 1024:

@@ -136,6 +136,9 @@ class EngineCore:
             model.pack_weights_for_cpu()
         logger.info("device %s, dtype %s, GEMM backend %s", self.device, str(self.dtype).removeprefix("torch."),
                     self.gemm_backend)  # fmt: skip
+        if config.greedy_head == "auto" and self.gemm_backend == "packed":
+            reason = model.use_rescored_greedy()
+            logger.info("greedy head: %s", (reason and f"fp32 ({reason})") or "bf16 candidates, fp32 rescoring")
         self.model = model
         # LoRA slots are allocated before the KV cache is sized, so a fractional budget counts them
         self.lora_slots: LoraSlots | None = None

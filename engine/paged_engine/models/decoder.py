@@ -24,6 +24,7 @@ from paged_engine.models.cpu_gemm import (
     pack_linear_layers,
     packed_linear,
 )
+from paged_engine.models.greedy_head import RescoredGreedyHead, rescored_greedy_unavailable_reason
 from paged_engine.models.layers import GatedMLP, PagedAttention, RMSNorm, apply_rope, rope_cos_sin
 
 
@@ -134,6 +135,8 @@ class DecoderForCausalLM(nn.Module):
         )
         for i, inv_freq in enumerate(spec.rope_inv_freqs):
             self.register_buffer(f"rope_inv_freq_{i}", inv_freq.clone(), persistent=False)
+        #: Exact greedy tokens without the whole fp32 head (``greedy_head.py``); set by ``use_rescored_greedy``.
+        self.greedy_head: RescoredGreedyHead | None = None
         self.requires_grad_(False)
 
     def reset_buffers(self) -> None:
@@ -176,6 +179,13 @@ class DecoderForCausalLM(nn.Module):
             for norm in self.modules():
                 if isinstance(norm, RMSNorm):
                     norm.fused = True
+
+    def use_rescored_greedy(self) -> str | None:
+        """Pick greedy tokens through a bf16 pass over the packed fp32 head; returns why not where it cannot."""
+        reason = rescored_greedy_unavailable_reason(self.lm_head, self.spec.final_logit_softcap)
+        if reason is None:
+            self.greedy_head = RescoredGreedyHead(self.lm_head)  # type: ignore[arg-type]
+        return reason
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, vocab]`` in fp32 for already-selected hidden rows (only rows that sample)."""

@@ -127,6 +127,11 @@ class SamplingMetadata:
         return any(x is not None for x in processing)
 
     @property
+    def plain_greedy(self) -> bool:
+        """Whether every row takes the argmax of the raw logits and reports nothing else about them."""
+        return self.all_greedy and not self.modifies_logits and self.logprob_rows is None
+
+    @property
     def max_num_logprobs(self) -> int:
         return max(self.num_logprobs, default=-1)
 

@@ -246,11 +246,15 @@ class ModelRunner:
             rows_needed = (
                 inputs.logits_indices if len(positions) == len(states) else inputs.logits_indices[list(positions)]
             )
-            logits = self.model.compute_logits(hidden[rows_needed])
             rows = [states[i].sampling for i in positions]  # type: ignore[union-attr]
             metadata = SamplingMetadata.build(
                 rows, self.model.spec.vocab_size, self.eos_token_ids, self.device, self.structured_output
             )
+            greedy_head = self.model.greedy_head
+            if greedy_head is not None and metadata.plain_greedy:
+                tokens = greedy_head(hidden[rows_needed]).tolist()
+                return [(token, None) for token in tokens]
+            logits = self.model.compute_logits(hidden[rows_needed])
             sampled = self.sampler(logits, metadata)
             return list(zip(sampled.sampled_token_ids.tolist(), sampled.logprobs_per_row(metadata), strict=True))
 
