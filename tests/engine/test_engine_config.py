@@ -7,7 +7,13 @@ import dataclasses
 
 import pytest
 from paged_engine.cli import build_parser, engine_config
-from paged_engine.core.scheduler_config import SchedulerConfig, SchedulerConfigError
+from paged_engine.core.scheduler_config import (
+    CPU_SERVING_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    SchedulerConfig,
+    SchedulerConfigError,
+    with_default_budget,
+)
 from paged_engine.engine.config import EngineConfig, flag_name, settings
 
 
@@ -67,3 +73,13 @@ def test_bad_settings_are_refused_with_their_name() -> None:
         EngineConfig.from_kwargs(kv_cache_memory="2 gigs")
     with pytest.raises(SystemExit):
         serve_args("--max-num-seqs", "many")
+
+
+def test_the_token_budget_default_is_one_rule_by_device_and_use() -> None:
+    unset = SchedulerConfig()
+    assert unset.max_num_batched_tokens is None
+    assert with_default_budget(unset, "cpu", serving=True).max_num_batched_tokens == CPU_SERVING_MAX_NUM_BATCHED_TOKENS
+    assert with_default_budget(unset, "cpu", serving=False).max_num_batched_tokens == DEFAULT_MAX_NUM_BATCHED_TOKENS
+    assert with_default_budget(unset, "cuda", serving=True).max_num_batched_tokens == DEFAULT_MAX_NUM_BATCHED_TOKENS
+    given = SchedulerConfig(max_num_batched_tokens=4096)
+    assert with_default_budget(given, "cpu", serving=True) is given

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from paged_engine.core.scheduler_config import CPU_SERVING_MAX_NUM_BATCHED_TOKENS
 
 from tests.server.conftest import ADMIN_TOKEN, API_KEY, COMMON_ARGS, ServerProcess, free_port, start_server
 
@@ -32,6 +33,8 @@ def test_admin_lives_on_its_own_port_only(split: tuple[ServerProcess, int]) -> N
     assert httpx.get(f"{admin}/admin/budgets", timeout=10).status_code == 401
     budgets = httpx.get(f"{admin}/admin/budgets", headers=token, timeout=10)
     assert budgets.status_code == 200 and budgets.json()["max_num_seqs"] >= 1
+    # no --max-num-batched-tokens given: a server on a CPU takes the CPU-serving default
+    assert budgets.json()["max_num_batched_tokens"] == CPU_SERVING_MAX_NUM_BATCHED_TOKENS
     assert httpx.get(f"{admin}/v1/models", timeout=10).status_code == 404
     assert httpx.get(f"{admin}/admin/drain", headers=token, timeout=10).json()["draining"] is False
 

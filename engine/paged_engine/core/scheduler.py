@@ -59,6 +59,10 @@ class Scheduler:
         config.validate()
         if config.max_model_len is None:
             raise SchedulerConfigError("max_model_len", "the scheduler needs max_model_len resolved (the model's)")
+        if config.max_num_batched_tokens is None:
+            raise SchedulerConfigError(
+                "max_num_batched_tokens", "the scheduler needs max_num_batched_tokens resolved (with_default_budget)"
+            )
         self.config = config
         self.kv = KVCacheManager(kv_cache_config, config.enable_prefix_caching, config.hash_algorithm)
         self.requests: dict[str, Request] = {}

@@ -134,7 +134,7 @@ def run_engine_core(config: EngineConfig, addresses: CoreProcAddresses, log_leve
     try:
         from paged_engine.engine.engine_core import EngineCore  # torch and the model: this process only
 
-        engine = EngineCore(config)
+        engine = EngineCore(config, serving=True)
     except Exception as exc:
         log.exception("engine core failed to start")
         outbound.send(wire.encode(wire.CoreFailed(f"{type(exc).__name__}: {exc}")))

@@ -32,7 +32,7 @@ from paged_engine.core import (
     Scheduler,
     SchedulerStats,
 )
-from paged_engine.core.scheduler_config import check_range
+from paged_engine.core.scheduler_config import check_range, with_default_budget
 from paged_engine.engine.config import EngineConfig
 from paged_engine.loader.default_model import resolve_model
 from paged_engine.loader.hf import load_hf_model
@@ -119,7 +119,8 @@ def eos_token_ids(folder: Path, config: object) -> list[int]:
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig, model_folder: Path | None = None) -> None:
+    def __init__(self, config: EngineConfig, model_folder: Path | None = None, *, serving: bool = False) -> None:
+        """``serving``: for the API server (its token budget default differs on a CPU, see SchedulerConfig)."""
         self.config = config
         self.model_folder = model_folder if model_folder is not None else resolve_model_folder(config)
         torch.manual_seed(config.seed)
@@ -149,7 +150,7 @@ class EngineCore:
             logger.info("LoRA: %d slots of rank %d, %.1f MiB", config.max_loras, config.max_lora_rank,
                         self.lora_slots.nbytes / 2**20)  # fmt: skip
         self.eos_token_ids = eos_token_ids(self.model_folder, hf_config)
-        scheduler_config = config.scheduler
+        scheduler_config = with_default_budget(config.scheduler, self.device.type, serving)
         self.max_model_len = scheduler_config.max_model_len or model.spec.max_position_embeddings
         plan = plan_kv_cache(
             model,
@@ -174,6 +175,8 @@ class EngineCore:
             MAX_NUM_BATCHED_TOKENS_LIMIT_FLOOR, scheduler_config.max_num_batched_tokens
         )
         self.scheduler = Scheduler(dataclasses.replace(scheduler_config, max_model_len=self.max_model_len), plan.config)
+        logger.info("scheduler budget: %d tokens and %d sequences per step", scheduler_config.max_num_batched_tokens,
+                    scheduler_config.max_num_seqs)  # fmt: skip
         self.attention = self._select_attention(model.spec.head_dim)
         self.graphs_off = graphs_off_reason(self.device.type, self.attention.backend, config.enforce_eager)
         if self.graphs_off is not None and self.device.type == "cuda":
