@@ -343,6 +343,11 @@ def _start(binaries: Binaries, workdir: Path, config: ControlPlaneConfig, proces
             # Pods on nodes without a podCIDR of their own still get loopback IPs.
             f"--cidr={POD_CIDR_BASE}.255.0/24",
             f"--node-ip={NODE_IP}",
+            # Liveness through a node Lease kwok renews every few seconds, as a kubelet does (the stages heartbeat
+            # the node's status only every ten minutes then). Without one the fake nodes' status heartbeat comes
+            # about every 55 s, past the node-lifecycle controller's 50 s grace period: it marks the node Unknown
+            # for a moment, and with it every pod on the node not Ready, which kwok never sets back.
+            "--node-lease-duration-seconds=40",
         ],
     )
 

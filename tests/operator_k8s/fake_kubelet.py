@@ -4,7 +4,7 @@ each Running pod's IP and stops it when the pod goes away.
 It does what a kubelet does with our container and no more: environment variables from ConfigMap and Secret
 references resolved when the container starts, ``$(VAR)`` expanded in the arguments, the container's own
 arguments run, and the pod's ``Ready`` condition kept to what the readiness probe (``/ready``) answers (kwok
-marks pods ready once, at start, and the test bed's control plane later flips that without a probe).
+marks pods ready once, at start, and runs no probe).
 
 Two substitutions make a pod run on this machine: the model argument becomes a local tiny model, and ``--host``
 becomes the pod's IP (each pod has its own loopback address, as it has its own network namespace in a cluster).

@@ -68,8 +68,8 @@ class PodProcesses:
             self._probe(pod)
 
     def _probe(self, pod: dict[str, Any]) -> None:
-        """The kubelet's part kwok leaves out: Ready stays True while the process runs (the test bed's control
-        plane flips it otherwise, as ``fake_kubelet`` explains)."""
+        """The kubelet's part kwok leaves out: Ready follows whether the process runs (kwok sets it once, at
+        start)."""
         name = pod["metadata"]["name"]
         if name not in self.running:
             return

@@ -164,9 +164,13 @@ def test_the_operator_rides_out_an_api_server_restart_and_a_frozen_etcd(
     # The watches came back: a spec change is seen and reconciled, and the autoscaler acts on it.
     kube_admin.patch(md_path(ns, NAME), {"spec": {"autoscaling": {"scaleDown": {"stabilizationWindowSeconds": 0}}}})
     wait_for("scaled down to 1", lambda: deployment(kube_admin, ns)["spec"]["replicas"] == 1, timeout_s=60)
-    obj = kube_admin.get(md_path(ns, NAME))
+
+    def recorded() -> dict[str, Any] | None:  # the status is written after the Deployment is scaled
+        obj = kube_admin.get(md_path(ns, NAME))
+        return obj if obj["status"]["decisions"][-1]["to"]["replicas"] == 1 else None
+
+    obj = wait_for("the scale-down recorded", recorded, timeout_s=30)
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"] == 2
-    assert obj["status"]["decisions"][-1]["to"]["replicas"] == 1
 
     operator.ensure_alive()
     assert operator.starts == 1  # recovered without a restart
