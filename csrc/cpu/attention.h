@@ -5,12 +5,14 @@
 // that shares the kv head (GQA/MQA), so each K/V row is loaded once for all of them. Long contexts with too
 // little other parallelism (decode at small batch) are split over the keys; their partial softmax states are
 // merged by a second pass, as in flash-decoding. Torch-free: the caller supplies raw pointers and threads.
+// The inner kernels (attention_kernels.inc) exist once per instruction set; planning and merging are shared.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "simd.h"
 #include "vec.h"
 
 namespace paged::cpu {
@@ -146,212 +148,21 @@ inline int64_t partial_slot_floats(int max_rows, int head_dim) {
   return static_cast<int64_t>(max_rows) * (head_dim + 2);
 }
 
-// Independent accumulator chains per (row, key) so the FMA pipes stay busy: `rows_keys` products share the
-// chunk loop, and the chain count must divide the head's 8-float chunks.
-template <int D>
-constexpr int chains_for(int wanted) {
-  for (int cb = wanted; cb > 1; cb /= 2) {
-    if ((D / 8) % cb == 0) return cb;
-  }
-  return 1;
-}
+// The kernels, once per instruction set: cpu::baseline (AVX2, or scalar code in a build without it) and
+// cpu::avx512, chosen per call by the active ISA (isa.h).
+namespace baseline {
+using Simd = BaselineSimd;
+#include "attention_kernels.inc"
+}  // namespace baseline
 
-// NR query rows against NK consecutive keys (k_stride apart): out[i * out_stride + kk] = dot(q_i, k_kk).
-// Each loaded K chunk feeds NR FMAs and each Q chunk NK, so loads per FMA fall as the tile grows.
-template <int NR, int NK, int D, typename T>
-inline void dot_tile(const float* q, const T* k, int64_t k_stride, float* out, int out_stride) {
-  static_assert(D % 8 == 0, "head_dim must be a multiple of 8");
-#if PAGED_AVX2
-  constexpr int CB = chains_for<D>(NR * NK >= 4 ? 1 : 4 / (NR * NK));
-  __m256 acc[NR][NK][CB];
-  for (int i = 0; i < NR; ++i)
-    for (int kk = 0; kk < NK; ++kk)
-      for (int b = 0; b < CB; ++b) acc[i][kk][b] = _mm256_setzero_ps();
-  for (int c = 0; c < D; c += 8 * CB) {
-    for (int b = 0; b < CB; ++b) {
-      __m256 kv[NK];
-      for (int kk = 0; kk < NK; ++kk) kv[kk] = load8(k + kk * k_stride + c + 8 * b);
-      for (int i = 0; i < NR; ++i) {
-        const __m256 qv = _mm256_loadu_ps(q + i * D + c + 8 * b);
-        for (int kk = 0; kk < NK; ++kk) acc[i][kk][b] = _mm256_fmadd_ps(qv, kv[kk], acc[i][kk][b]);
-      }
-    }
-  }
-  for (int i = 0; i < NR; ++i) {
-    for (int kk = 0; kk < NK; ++kk) {
-      __m256 s = acc[i][kk][0];
-      for (int b = 1; b < CB; ++b) s = _mm256_add_ps(s, acc[i][kk][b]);
-      out[i * out_stride + kk] = hsum(s);
-    }
-  }
-#else
-  for (int i = 0; i < NR; ++i) {
-    for (int kk = 0; kk < NK; ++kk) {
-      float s = 0.0f;
-      for (int c = 0; c < D; ++c) s += q[i * D + c] * to_float(k[kk * k_stride + c]);
-      out[i * out_stride + kk] = s;
-    }
-  }
+#if PAGED_X86
+PAGED_BEGIN_AVX512_REGION
+namespace avx512 {
+using Simd = Avx512Simd;
+#include "attention_kernels.inc"
+}  // namespace avx512
+PAGED_END_AVX512_REGION
 #endif
-}
-
-// acc_i += sum_j p[i * p_stride + j] * v_j over n value rows, for NR query rows. CB chunks per pass give each
-// broadcast weight CB FMAs and the short-NR cases enough independent chains.
-template <int NR, int D, typename T>
-inline void axpy_rows(const float* p, int p_stride, const T* v, int64_t v_stride, int n, float* acc) {
-#if PAGED_AVX2
-  constexpr int CB = chains_for<D>(NR >= 2 ? 2 : 4);
-  for (int c = 0; c < D; c += 8 * CB) {
-    __m256 a[NR][CB];
-    for (int i = 0; i < NR; ++i)
-      for (int b = 0; b < CB; ++b) a[i][b] = _mm256_loadu_ps(acc + i * D + c + 8 * b);
-    for (int j = 0; j < n; ++j) {
-      const T* vj = v + j * v_stride + c;
-      __m256 vv[CB];
-      for (int b = 0; b < CB; ++b) vv[b] = load8(vj + 8 * b);
-      for (int i = 0; i < NR; ++i) {
-        const __m256 w = _mm256_set1_ps(p[i * p_stride + j]);
-        for (int b = 0; b < CB; ++b) a[i][b] = _mm256_fmadd_ps(w, vv[b], a[i][b]);
-      }
-    }
-    for (int i = 0; i < NR; ++i)
-      for (int b = 0; b < CB; ++b) _mm256_storeu_ps(acc + i * D + c + 8 * b, a[i][b]);
-  }
-#else
-  for (int j = 0; j < n; ++j)
-    for (int i = 0; i < NR; ++i) {
-      const float pj = p[i * p_stride + j];
-      for (int c = 0; c < D; ++c) acc[i * D + c] += pj * to_float(v[j * v_stride + c]);
-    }
-#endif
-}
-
-// Scores of `rows` query rows against keys [0, n): tiles of 4 rows x 2 keys, with narrower tiles at the edges.
-template <int NK, int D, typename T>
-inline void score_keys(const float* q, int rows, const T* k, int64_t k_stride, float* s, int s_stride) {
-  int r = 0;
-  for (; r + 4 <= rows; r += 4) dot_tile<4, NK, D>(q + r * D, k, k_stride, s + r * s_stride, s_stride);
-  switch (rows - r) {
-    case 3: dot_tile<3, NK, D>(q + r * D, k, k_stride, s + r * s_stride, s_stride); break;
-    case 2: dot_tile<2, NK, D>(q + r * D, k, k_stride, s + r * s_stride, s_stride); break;
-    case 1: dot_tile<1, NK, D>(q + r * D, k, k_stride, s + r * s_stride, s_stride); break;
-    default: break;
-  }
-}
-
-template <int D, typename T>
-inline void block_scores(const float* q, int rows, const T* k, int64_t k_stride, int n, float* s, int s_stride) {
-  int j = 0;
-  for (; j + 2 <= n; j += 2) score_keys<2, D>(q, rows, k + j * k_stride, k_stride, s + j, s_stride);
-  if (j < n) score_keys<1, D>(q, rows, k + j * k_stride, k_stride, s + j, s_stride);
-}
-
-// Value accumulation in row groups of four; the remainder goes through a narrower instantiation.
-template <int D, typename T>
-inline void block_accumulate(const float* p, int rows, int p_stride, const T* v, int64_t v_stride, int n,
-                             float* acc) {
-  int r = 0;
-  for (; r + 4 <= rows; r += 4) axpy_rows<4, D>(p + r * p_stride, p_stride, v, v_stride, n, acc + r * D);
-  switch (rows - r) {
-    case 3: axpy_rows<3, D>(p + r * p_stride, p_stride, v, v_stride, n, acc + r * D); break;
-    case 2: axpy_rows<2, D>(p + r * p_stride, p_stride, v, v_stride, n, acc + r * D); break;
-    case 1: axpy_rows<1, D>(p + r * p_stride, p_stride, v, v_stride, n, acc + r * D); break;
-    default: break;
-  }
-}
-
-// Computes one work item. Rows are ordered (query, head within the kv group). Writes the normalised output, or
-// the raw softmax state (acc, running max m, running sum l) into `partials` when the item is one part of a split.
-template <typename T, int D>
-void attend_item(const AttentionArgs<T>& a, const WorkItem& it, AttentionScratch& sc, float* partials,
-                 int max_rows) {
-  const int group = a.num_heads / a.num_kv_heads;
-  const int rows = it.q_count * group;
-  const int bs = a.block_size;
-  const int32_t q_start = a.query_start_loc[it.seq];
-  const int32_t q_len = a.query_start_loc[it.seq + 1] - q_start;
-  const int32_t first_pos = a.seq_lens[it.seq] - q_len + it.q_begin;
-
-  for (int qi = 0; qi < it.q_count; ++qi) {
-    const T* qrow = a.query + (q_start + it.q_begin + qi) * a.q_stride_token;
-    for (int hg = 0; hg < group; ++hg) {
-      const int r = qi * group + hg;
-      const T* src = qrow + (it.kv_head * group + hg) * a.q_stride_head;
-      float* dst = sc.q.data() + r * D;
-      for (int c = 0; c < D; ++c) dst[c] = to_float(src[c]) * a.scale;
-      sc.hi[r] = first_pos + qi;
-      sc.lo[r] = window_start(first_pos + qi, a.sliding_window);
-      sc.m[r] = kNegInf;
-      sc.l[r] = 0.0f;
-    }
-  }
-  std::fill(sc.acc.begin(), sc.acc.begin() + static_cast<int64_t>(rows) * D, 0.0f);
-
-  const int32_t* table = a.block_tables + it.seq * a.block_table_stride;
-  const int64_t token_stride = static_cast<int64_t>(a.num_kv_heads) * D;
-  const int64_t block_stride = bs * token_stride;
-  float* s = sc.scores.data();
-  for (int32_t t0 = it.key_begin; t0 < it.key_end;) {
-    const int32_t blk = t0 / bs;
-    const int32_t t1 = std::min(it.key_end, (blk + 1) * bs);
-    const int n = t1 - t0;
-    const int64_t base = table[blk] * block_stride + (t0 - blk * bs) * token_stride + it.kv_head * D;
-    if (t1 < it.key_end) {  // fetch the next block's rows for this kv head while this one computes
-      const int64_t next = table[blk + 1] * block_stride + it.kv_head * D;
-      const int next_n = std::min(bs, it.key_end - t1);
-      for (int j = 0; j < next_n; ++j) {
-        prefetch_bytes(a.key_cache + next + j * token_stride, D * sizeof(T));
-        prefetch_bytes(a.value_cache + next + j * token_stride, D * sizeof(T));
-      }
-    }
-    block_scores<D>(sc.q.data(), rows, a.key_cache + base, token_stride, n, s, bs);
-    for (int r = 0; r < rows; ++r) {
-      float* row = s + r * bs;
-      if (a.softcap > 0.0f) {
-        for (int j = 0; j < n; ++j) row[j] = a.softcap * std::tanh(row[j] / a.softcap);
-      }
-      if (t0 < sc.lo[r] || t1 - 1 > sc.hi[r]) {
-        for (int j = 0; j < n; ++j) {
-          if (t0 + j < sc.lo[r] || t0 + j > sc.hi[r]) row[j] = kNegInf;
-        }
-      }
-      float block_max = kNegInf;
-      for (int j = 0; j < n; ++j) block_max = std::max(block_max, row[j]);
-      if (block_max == kNegInf) {
-        std::fill(row, row + n, 0.0f);  // nothing visible to this row in this block
-        continue;
-      }
-      const float m_new = std::max(sc.m[r], block_max);
-      const float alpha = std::exp(sc.m[r] - m_new);  // 0 on the first visible block
-      sc.l[r] = sc.l[r] * alpha + exp_shift_sum(row, n, m_new);
-      sc.m[r] = m_new;
-      if (alpha != 1.0f) {
-        float* acc = sc.acc.data() + r * D;
-        for (int c = 0; c < D; ++c) acc[c] *= alpha;
-      }
-    }
-    block_accumulate<D>(s, rows, bs, a.value_cache + base, token_stride, n, sc.acc.data());
-    t0 = t1;
-  }
-
-  if (it.partial >= 0) {
-    float* slot = partials + it.partial * partial_slot_floats(max_rows, D);
-    std::copy(sc.acc.begin(), sc.acc.begin() + static_cast<int64_t>(rows) * D, slot);
-    std::copy(sc.m.begin(), sc.m.begin() + rows, slot + static_cast<int64_t>(max_rows) * D);
-    std::copy(sc.l.begin(), sc.l.begin() + rows, slot + static_cast<int64_t>(max_rows) * D + max_rows);
-    return;
-  }
-  for (int qi = 0; qi < it.q_count; ++qi) {
-    T* orow = a.out + (q_start + it.q_begin + qi) * a.out_stride_token;
-    for (int hg = 0; hg < group; ++hg) {
-      const int r = qi * group + hg;
-      T* dst = orow + (it.kv_head * group + hg) * a.out_stride_head;
-      const float* acc = sc.acc.data() + r * D;
-      const float inv = 1.0f / sc.l[r];  // l >= 1: every query sees at least its own key
-      for (int c = 0; c < D; ++c) store_float(acc[c] * inv, dst + c);
-    }
-  }
-}
 
 // Merges the parts of one split tile: out = sum_p e^(m_p - M) acc_p / sum_p e^(m_p - M) l_p.
 template <typename T, int D>

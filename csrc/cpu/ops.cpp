@@ -99,11 +99,15 @@ void run_attention(const AttentionArgs<T>& args, const AttentionDims& d) {
       cpu::plan_attention(static_cast<int>(d.num_seqs), args.query_start_loc, args.seq_lens, args.num_heads,
                           args.num_kv_heads, args.block_size, args.sliding_window, threads);
   std::vector<float> partials(plan.num_partials * cpu::partial_slot_floats(plan.max_rows, D));
+  [[maybe_unused]] const bool wide = cpu::active_isa() == cpu::Isa::kAvx512;
   parallel_dynamic(
       static_cast<int64_t>(plan.items.size()), threads,
       [&] { return cpu::AttentionScratch(plan.max_rows, D, args.block_size); },
       [&](int64_t i, cpu::AttentionScratch& scratch) {
-        cpu::attend_item<T, D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
+#if PAGED_X86
+        if (wide) return cpu::avx512::attend_item<T, D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
+#endif
+        cpu::baseline::attend_item<T, D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
       });
   parallel_dynamic(
       static_cast<int64_t>(plan.splits.size()), threads, [] { return 0; },

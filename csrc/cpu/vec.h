@@ -135,25 +135,4 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
 #endif
 }
 
-// In place: x[i] = exp(x[i] - shift); returns the sum. Used on one row of a block's scores.
-inline float exp_shift_sum(float* x, int n, float shift) {
-  int i = 0;
-  float sum = 0.0f;
-#if PAGED_AVX2
-  const __m256 s = _mm256_set1_ps(shift);
-  __m256 acc = _mm256_setzero_ps();
-  for (; i + 8 <= n; i += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
-    _mm256_storeu_ps(x + i, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  sum = hsum(acc);
-#endif
-  for (; i < n; ++i) {
-    x[i] = std::exp(x[i] - shift);
-    sum += x[i];
-  }
-  return sum;
-}
-
 }  // namespace paged::cpu

@@ -1,4 +1,5 @@
-"""paged::paged_attention (CPU) against the pure-torch reference on edge cases and randomised batches."""
+"""paged::paged_attention (CPU) against the pure-torch reference on edge cases and randomised batches, in every
+instruction-set variant of the kernels the machine supports."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from paged_engine.attention import ops
 from . import reference
 from .batches import PagedBatch, make_batch
 
-pytestmark = pytest.mark.usefixtures("kernels")
+pytestmark = pytest.mark.usefixtures("cpu_isa")
 
 TOLERANCE = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
 

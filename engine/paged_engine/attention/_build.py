@@ -88,7 +88,7 @@ def wants_cuda() -> bool:
 
 def _source_hash(flags: list[str]) -> str:
     digest = hashlib.sha256(" ".join(flags).encode())
-    for path in sorted(p for p in CSRC.rglob("*") if p.suffix in {".h", ".cuh", ".cpp", ".cu"}):
+    for path in sorted(p for p in CSRC.rglob("*") if p.suffix in {".h", ".inc", ".cuh", ".cpp", ".cu"}):
         digest.update(str(path.relative_to(CSRC)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
