@@ -28,7 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+from paged_engine.attention.cpu_info import describe_cpu
 from paged_platform.bench.step_breakdown import PhaseRow, breakdown, format_breakdown, scrape_phases
+from prometheus_client.parser import text_string_to_metric_families
 
 VENV_BIN = Path(sys.executable).parent
 SERVED_NAME = "bench-model"
@@ -139,6 +141,14 @@ def _bytes(size: str) -> int:
     return int(size)
 
 
+def engine_info(url: str) -> dict[str, str]:
+    """The labels of a paged server's ``paged_engine_info`` (dtype, CPU kernel variant, GEMM backend, ...)."""
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        if family.name == "paged_engine_info" and family.samples:
+            return dict(family.samples[0].labels)
+    return {}
+
+
 def run_bench(url: str, folder: Path, bench_args: list[str]) -> dict:
     """``paged-ctl bench`` as a separate process (as a user runs it); returns its JSON results."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
@@ -232,6 +242,7 @@ def main() -> None:
     env = server_env(args)
     results: dict[str, dict] = {}
     breakdowns: dict[str, list[PhaseRow]] = {}
+    print(f"machine: {describe_cpu()}", flush=True)
     for system in args.systems:
         port = free_port()
         if system == "vllm":
@@ -246,6 +257,9 @@ def main() -> None:
             command = paged_command(folder, port, args)
         print(f"== {system}: {' '.join(command)}", flush=True)
         with running(system, command, port, env, args.start_timeout) as url:
+            if system == "paged":
+                info = engine_info(url)
+                print(f"paged engine: {', '.join(f'{k}={v}' for k, v in sorted(info.items()))}", flush=True)
             before = scrape_phases(url) if system == "paged" else {}
             results[system] = run_bench(url, folder, bench_args)
             if system == "paged":
