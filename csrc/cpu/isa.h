@@ -1,8 +1,8 @@
 // Which instruction set the CPU kernels run with, chosen at load from what the CPU reports, not at build time:
 // one build holds every variant (the AVX-512 ones are compiled for that target by function attributes, or by a
-// target region around kernels written once against simd.h's vocabulary), so an
-// image built on one machine runs the best variant on another. set_isa() changes it at run time: the Python side
-// caps it by PAGED_CPU_ISA / --cpu-isa, and tests run every variant the machine supports.
+// target region around kernels written once against simd.h's vocabulary), so an image built on one machine runs
+// the best variant on another. set_isa() changes it at run time: the Python side caps it by PAGED_CPU_ISA /
+// --cpu-isa, and tests run every variant the machine supports.
 #pragma once
 
 #include <atomic>
