@@ -132,7 +132,7 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    ops.cap_cpu_isa("auto")  # the variant serving would pick, for the header line
+    ops.cap_cpu_isa("auto", args.dtype)  # the variants serving would pick, for the header line
     machine = describe_cpu()
 
     budget = 0.2 if args.quick else 1.0

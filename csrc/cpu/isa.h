@@ -1,11 +1,14 @@
 // Which instruction set the CPU kernels run with, chosen at load from what the CPU reports, not at build time:
 // one build holds every variant (the AVX-512 ones are compiled for that target by function attributes, or by a
 // target region around kernels written once against simd.h's vocabulary), so an image built on one machine runs
-// the best variant on another. set_isa() changes it at run time: the Python side caps it by PAGED_CPU_ISA /
-// --cpu-isa, and tests run every variant the machine supports.
+// the best variant on another. Each kernel family that has variants (the panel GEMM, the paged attention) holds
+// its own choice, since the faster variant differs per kernel on some CPUs (Zen 4: the GEMM's variants tie, the
+// attention's AVX-512 one is faster). set_isa() changes it at run time: the Python side caps it by
+// PAGED_CPU_ISA / --cpu-isa or times each family, and tests run every variant the machine supports.
 #pragma once
 
 #include <atomic>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,18 +53,33 @@ inline Isa parse_isa(const std::string& name) {
 
 inline Isa best_isa() { return cpu_supports(Isa::kAvx512) ? Isa::kAvx512 : Isa::kAvx2; }
 
-inline std::atomic<int>& active_isa_slot() {
-  static std::atomic<int> slot{static_cast<int>(best_isa())};
-  return slot;
+// The kernel families with more than one variant; the element-wise kernels have only the baseline.
+enum class Kernel : int { kGemm = 0, kAttention = 1 };
+constexpr Kernel kKernels[] = {Kernel::kGemm, Kernel::kAttention};
+
+inline const char* kernel_name(Kernel kernel) { return kernel == Kernel::kGemm ? "gemm" : "attention"; }
+
+inline Kernel parse_kernel(const std::string& name) {
+  for (Kernel kernel : kKernels)
+    if (name == kernel_name(kernel)) return kernel;
+  throw std::invalid_argument("unknown kernel family '" + name + "'; choose gemm or attention");
 }
 
-inline Isa active_isa() { return static_cast<Isa>(active_isa_slot().load(std::memory_order_relaxed)); }
+inline std::atomic<int>& active_isa_slot(Kernel kernel) {
+  static std::atomic<int> slots[std::size(kKernels)] = {static_cast<int>(best_isa()), static_cast<int>(best_isa())};
+  return slots[static_cast<int>(kernel)];
+}
 
-// Makes `name` the active variant; a variant the CPU lacks is refused (std::invalid_argument, with the reason).
-inline void set_isa(const std::string& name) {
+inline Isa active_isa(Kernel kernel) {
+  return static_cast<Isa>(active_isa_slot(kernel).load(std::memory_order_relaxed));
+}
+
+// Makes `name` the active variant of `kernel`; a variant the CPU lacks is refused (std::invalid_argument, with
+// the reason).
+inline void set_isa(const std::string& name, Kernel kernel) {
   const Isa isa = parse_isa(name);
   if (!cpu_supports(isa)) throw std::invalid_argument("this CPU does not support " + name);
-  active_isa_slot().store(static_cast<int>(isa), std::memory_order_relaxed);
+  active_isa_slot(kernel).store(static_cast<int>(isa), std::memory_order_relaxed);
 }
 
 }  // namespace paged::cpu

@@ -99,7 +99,7 @@ void run_attention(const AttentionArgs<T>& args, const AttentionDims& d) {
       cpu::plan_attention(static_cast<int>(d.num_seqs), args.query_start_loc, args.seq_lens, args.num_heads,
                           args.num_kv_heads, args.block_size, args.sliding_window, threads);
   std::vector<float> partials(plan.num_partials * cpu::partial_slot_floats(plan.max_rows, D));
-  [[maybe_unused]] const bool wide = cpu::active_isa() == cpu::Isa::kAvx512;
+  [[maybe_unused]] const bool wide = cpu::active_isa(cpu::Kernel::kAttention) == cpu::Isa::kAvx512;
   parallel_dynamic(
       static_cast<int64_t>(plan.items.size()), threads,
       [&] { return cpu::AttentionScratch(plan.max_rows, D, args.block_size); },
@@ -281,7 +281,7 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
   // Rows go through in chunks: past ~256 rows the strips and the per-thread tile no longer stay in L2 next to
   // the panel, and 512 rows at once ran at half the speed of two chunks of 256 (each re-streaming the weight).
   constexpr int64_t kRowChunk = 256;
-  const bool wide = cpu::active_isa() == cpu::Isa::kAvx512;
+  const bool wide = cpu::active_isa(cpu::Kernel::kGemm) == cpu::Isa::kAvx512;
 #if PAGED_X86
   const int strip_rows = wide ? cpu::avx512::kStripRows : cpu::kStripRows;
 #else
@@ -313,13 +313,19 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
   return out;
 }
 
-std::string cpu_isa() { return cpu::isa_name(cpu::active_isa()); }
+std::string cpu_isa(const std::string& kernel) {
+  try {
+    return cpu::isa_name(cpu::active_isa(cpu::parse_kernel(kernel)));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "paged::cpu_isa: ", e.what());
+  }
+}
 
 std::vector<std::string> supported_cpu_isas() { return cpu::supported_isas(); }
 
-void set_cpu_isa(const std::string& name) {
+void set_cpu_isa(const std::string& name, const std::string& kernel) {
   try {
-    cpu::set_isa(name);
+    cpu::set_isa(name, cpu::parse_kernel(kernel));
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "paged::set_cpu_isa: ", e.what());
   }
@@ -487,10 +493,11 @@ TORCH_LIBRARY(paged, m) {
   m.def("rms_norm(Tensor(a!) out, Tensor input, Tensor weight, float eps, float offset) -> ()");
   m.def("rotary_embedding(Tensor(a!) query, Tensor(b!) key, Tensor cos, Tensor sin) -> ()");
   m.def("argmax_rows(Tensor input) -> Tensor");
-  // The instruction set the CPU kernels run with (isa.h): the active one, those this CPU supports, and a setter.
-  m.def("cpu_isa() -> str", &cpu_isa);
+  // The instruction set each CPU kernel family runs with (isa.h): the active variant of one, those this CPU
+  // supports, and a setter.
+  m.def("cpu_isa(str kernel) -> str", &cpu_isa);
   m.def("supported_cpu_isas() -> str[]", &supported_cpu_isas);
-  m.def("set_cpu_isa(str name) -> ()", &set_cpu_isa);
+  m.def("set_cpu_isa(str name, str kernel) -> ()", &set_cpu_isa);
 }
 
 TORCH_LIBRARY_IMPL(paged, CPU, m) {

@@ -14,10 +14,12 @@ def kernels():
 
 @pytest.fixture(params=["avx2", "avx512"])
 def cpu_isa(request, kernels):
-    """Each instruction-set variant of the CPU kernels this machine supports, in turn (AVX2 always)."""
+    """Each instruction-set variant of the CPU kernels this machine supports, in turn (AVX2 always), for every
+    kernel family at once."""
     if request.param not in ops.supported_cpu_isas():
         pytest.skip(f"this CPU does not support {request.param}")
-    before = ops.cpu_isa()
+    before = ops.cpu_isas()
     ops.set_cpu_isa(request.param)
     yield request.param
-    ops.set_cpu_isa(before)
+    for kernel, isa in before.items():
+        ops.set_cpu_isa(isa, kernel)

@@ -1,11 +1,13 @@
-"""``auto``'s choice of the panel GEMM's instruction set: the faster variant by median, measured once per CPU
-and kernel build, then read from the cache; what it measures runs through the real kernels."""
+"""``auto``'s choice of each CPU kernel family's instruction set: the faster variant at its best call, measured
+once per family, CPU and kernel build, then read from the cache; what it measures runs through the real
+kernels."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 from paged_engine.attention import isa_tune, ops
 
 pytestmark = pytest.mark.usefixtures("kernels")
@@ -18,20 +20,36 @@ def test_fastest_keeps_the_first_unless_another_is_clearly_faster() -> None:
     assert isa_tune.fastest({"avx2": [2.0]}) == "avx2"
 
 
-def test_choice_is_measured_once_then_cached(tmp_path, monkeypatch) -> None:
+def test_choice_is_measured_once_per_family_then_cached(tmp_path, monkeypatch) -> None:
     tune_file = tmp_path / "cpu_tune.json"
-    calls = []
-    monkeypatch.setattr(isa_tune, "_panel_gemm_runner", lambda: lambda isa: calls.append(isa))
-    monkeypatch.setattr(isa_tune, "measure", lambda names, run: {"avx2": [2.0], "avx512": [1.0]})
+    timings = {"gemm": {"avx2": [1.0], "avx512": [1.0]}, "attention": {"avx2": [2.0], "avx512": [1.0]}}
+    monkeypatch.setattr(isa_tune, "_panel_gemm_runner", lambda: "gemm")
+    monkeypatch.setattr(isa_tune, "_attention_runner", lambda dtype: "attention")
+    monkeypatch.setattr(isa_tune, "measure", lambda names, run: timings[run])
     path = ops.load().path
-    assert isa_tune.choose_panel_isa(["avx2", "avx512"], path, tune_file) == "avx512"
-    entry = json.loads(tune_file.read_text())[isa_tune.tune_key(path)]
-    assert entry["isa"] == "avx512" and set(entry["ms"]) == {"avx2", "avx512"}
+    choice = isa_tune.choose_isas(["avx2", "avx512"], path, torch.bfloat16, tune_file)
+    assert choice == {"gemm": "avx2", "attention": "avx512"}  # a tie keeps AVX2; a clear win takes AVX-512
+    cache = json.loads(tune_file.read_text())
+    assert cache[isa_tune.tune_key(path, "attention-bfloat16")]["isa"] == "avx512"
+    assert set(cache[isa_tune.tune_key(path, "gemm")]["ms"]) == {"avx2", "avx512"}
     monkeypatch.setattr(isa_tune, "measure", lambda names, run: pytest.fail("measured again despite the cache"))
-    assert isa_tune.choose_panel_isa(["avx2", "avx512"], path, tune_file) == "avx512"
-    assert isa_tune.choose_panel_isa(["avx2"], path, tune_file) == "avx2"  # one candidate: nothing to measure
+    assert isa_tune.choose_isas(["avx2", "avx512"], path, torch.bfloat16, tune_file) == choice
+    assert isa_tune.choose_isas(["avx2"], path, torch.float32, tune_file) == {"gemm": "avx2", "attention": "avx2"}
 
 
-def test_measurement_runs_every_supported_variant(cpu_isa) -> None:
-    seconds = isa_tune.measure([cpu_isa], isa_tune._panel_gemm_runner(), repeats=2)
-    assert len(seconds[cpu_isa]) == 2 and all(s > 0 for s in seconds[cpu_isa])
+def test_attention_is_timed_per_kv_dtype(tmp_path, monkeypatch) -> None:
+    measured = []
+    monkeypatch.setattr(isa_tune, "_panel_gemm_runner", lambda: "gemm")
+    monkeypatch.setattr(isa_tune, "_attention_runner", lambda dtype: measured.append(dtype) or "attention")
+    monkeypatch.setattr(isa_tune, "measure", lambda names, run: {"avx2": [1.0], "avx512": [1.0]})
+    path, tune_file = ops.load().path, tmp_path / "cpu_tune.json"
+    for dtype in (torch.float32, torch.bfloat16, torch.float32):
+        isa_tune.choose_isas(["avx2", "avx512"], path, dtype, tune_file)
+    assert measured == [torch.float32, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_measurement_runs_every_supported_variant(cpu_isa, dtype) -> None:
+    for runner in (isa_tune._panel_gemm_runner(), isa_tune._attention_runner(dtype)):
+        seconds = isa_tune.measure([cpu_isa], runner, repeats=2)
+        assert len(seconds[cpu_isa]) == 2 and all(s > 0 for s in seconds[cpu_isa])

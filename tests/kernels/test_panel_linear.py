@@ -39,19 +39,37 @@ def test_strided_rows_and_multiple_threads(cpu_isa):
 
 def test_every_cpu_reports_avx2_and_the_cap_never_exceeds_the_cpu():
     supported = ops.supported_cpu_isas()
-    assert "avx2" in supported and ops.cpu_isa() in supported
-    before = ops.cpu_isa()
+    before = ops.cpu_isas()
+    assert "avx2" in supported and set(before) == set(ops.CPU_KERNEL_FAMILIES)
+    assert set(before.values()) <= set(supported)
+    best = "avx512" if "avx512" in supported else "avx2"
     try:
-        assert ops.cap_cpu_isa("avx2") == "avx2"
-        assert ops.cap_cpu_isa("avx512") == ("avx512" if "avx512" in supported else "avx2")
-        assert ops.cap_cpu_isa("auto") in supported  # the faster on this CPU (test_isa_tune.py)
+        assert ops.cap_cpu_isa("avx2") == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, "avx2")
+        assert ops.cap_cpu_isa("avx512") == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, best)
+        assert set(ops.cap_cpu_isa("auto").values()) <= set(supported)  # per family, the faster (test_isa_tune.py)
         with pytest.raises(ValueError, match="choose auto, avx2, avx512"):
             ops.cap_cpu_isa("sse2")
+        with pytest.raises(RuntimeError, match="unknown kernel family 'norm'; choose gemm or attention"):
+            ops.set_cpu_isa("avx2", "norm")
         if "avx512" not in supported:
             with pytest.raises(RuntimeError, match="does not support avx512"):
                 ops.set_cpu_isa("avx512")
     finally:
-        ops.set_cpu_isa(before)
+        for kernel, isa in before.items():
+            ops.set_cpu_isa(isa, kernel)
+
+
+def test_each_kernel_family_keeps_its_own_variant():
+    if "avx512" not in ops.supported_cpu_isas():
+        pytest.skip("this CPU has only the AVX2 variant")
+    before = ops.cpu_isas()
+    try:
+        ops.set_cpu_isa("avx2")
+        ops.set_cpu_isa("avx512", "attention")
+        assert ops.cpu_isas() == {"gemm": "avx2", "attention": "avx512"}
+    finally:
+        for kernel, isa in before.items():
+            ops.set_cpu_isa(isa, kernel)
 
 
 def test_opcheck():

@@ -197,6 +197,18 @@ def test_repeated_prompt_reports_cached_tokens(client: openai.OpenAI, server: Se
     assert after["paged_prefix_cache_queries_total"] - before["paged_prefix_cache_queries_total"] == n
 
 
+def test_engine_info_says_what_serves_and_which_cpu_kernel_variants(server: ServerProcess) -> None:
+    from paged_engine.attention import ops
+
+    (info,) = [name for name in scrape(server) if name.startswith("paged_engine_info{")]
+    labels = dict(pair.split("=", 1) for pair in info.removeprefix("paged_engine_info{").removesuffix("}").split(","))
+    assert labels["dtype"] == "float32" and labels["device"] == "cpu" and labels["attention_backend"] == "reference"
+    ops.load()
+    supported = ops.supported_cpu_isas()  # each family its own choice, within what this CPU runs
+    assert labels["cpu_isa_gemm"] in supported and labels["cpu_isa_attention"] in supported, labels
+    assert f"CPU kernels: gemm {labels['cpu_isa_gemm']}, attention {labels['cpu_isa_attention']}" in server.log()
+
+
 def test_tokenize_and_detokenize(server: ServerProcess) -> None:
     headers = {"Authorization": f"Bearer {API_KEY}"}
     tokens = httpx.post(f"{server.url}/tokenize", json={"prompt": "Hello world"}, headers=headers).json()

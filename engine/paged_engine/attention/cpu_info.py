@@ -24,12 +24,12 @@ def cpu_model_and_flags() -> tuple[str, list[str]]:
 
 
 def describe_cpu() -> str:
-    """``AMD EPYC (avx2 fma avx512f ...), CPU kernels: avx512``; the kernels' part is omitted when they aren't
-    loaded (benchmarks load them first)."""
+    """``AMD EPYC (avx2 fma avx512f ...), CPU kernels: gemm avx2, attention avx512``; the kernels' part is
+    omitted when they aren't loaded (benchmarks load them first)."""
     from paged_engine.attention import ops
 
     model, flags = cpu_model_and_flags()
     text = f"{model} ({' '.join(flags) or 'no AVX2'})"
     if ops.loaded():
-        text += f", CPU kernels: {ops.cpu_isa()} (supported: {', '.join(ops.supported_cpu_isas())})"
+        text += f", CPU kernels: {ops.describe_isas(ops.cpu_isas())} (supported: {', '.join(ops.supported_cpu_isas())})"
     return text

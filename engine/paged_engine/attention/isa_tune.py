@@ -1,11 +1,14 @@
-"""Which instruction-set variant of the panel GEMM serves ``auto``: the faster one on this CPU, measured once.
+"""Which instruction-set variant of each CPU kernel family serves ``auto``: the faster one on this CPU, measured
+once per family.
 
-Wider vectors are not faster everywhere: AVX-512 doubles the multiply-adds per instruction, which pays on CPUs
-with two 512-bit FMA pipes, while Zen 4 issues each 512-bit FMA as two halves. So ``auto`` times the variants on a
-weight larger than the caches (the decode-step shape, where serving spends its time) at one and 32 rows,
-alternating them, and keeps AVX2 unless the wider variant is clearly faster (``fastest``). The choice is cached
-per CPU model, flags and kernel build in ``~/.cache/paged/cpu_tune.json`` (``PAGED_CACHE``), so later starts
-cost nothing, and logged.
+Wider vectors are not faster everywhere, nor for every kernel alike: AVX-512 doubles the multiply-adds per
+instruction, which pays on CPUs with two 512-bit FMA pipes, while Zen 4 issues each 512-bit FMA as two halves, so
+there its panel GEMM variants tie while its attention (more shuffles and reductions per byte) gains from the
+wider registers. So ``auto`` times each family's variants, alternating them, on the shapes where serving spends
+its time: the panel GEMM on a weight larger than the caches at one and 32 rows; the attention at a 16-sequence
+decode step over 512 tokens each (Gemma 3 270M's heads), with the engine's KV dtype. It keeps AVX2 unless the
+wider variant is clearly faster (``fastest``). Each choice is cached per family, CPU model, flags and kernel
+build in ``~/.cache/paged/cpu_tune.json`` (``PAGED_CACHE``), so later starts cost nothing, and logged.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paged_engine.attention._build import CACHE_ROOT
 from paged_engine.attention.cpu_info import cpu_model_and_flags
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -53,24 +60,45 @@ def measure(
     return seconds
 
 
-def tune_key(kernel_path: Path) -> str:
+def tune_key(kernel_path: Path, family: str = "gemm") -> str:
     model, flags = cpu_model_and_flags()
-    return f"{model}|{' '.join(flags)}|{kernel_path.parent.name}"
+    return f"{family}|{model}|{' '.join(flags)}|{kernel_path.parent.name}"
 
 
-def choose_panel_isa(candidates: Sequence[str], kernel_path: Path, tune_file: Path = TUNE_FILE) -> str:
-    """The faster of ``candidates`` for the panel GEMM, from the cache or measured now (and cached)."""
+def choose_isas(
+    candidates: Sequence[str], kernel_path: Path, kv_dtype: torch.dtype, tune_file: Path = TUNE_FILE
+) -> dict[str, str]:
+    """The faster of ``candidates`` per kernel family (``{"gemm": ..., "attention": ...}``), from the cache or
+    measured now (and cached)."""
+    dtype_name = str(kv_dtype).removeprefix("torch.")
+    return {
+        "gemm": choose_isa("gemm", candidates, _panel_gemm_runner, kernel_path, tune_file),
+        "attention": choose_isa(
+            f"attention-{dtype_name}", candidates, lambda: _attention_runner(kv_dtype), kernel_path, tune_file
+        ),
+    }
+
+
+def choose_isa(
+    family: str,
+    candidates: Sequence[str],
+    make_runner: Callable[[], Callable[[str], None]],
+    kernel_path: Path,
+    tune_file: Path = TUNE_FILE,
+) -> str:
+    """The faster of ``candidates`` for one kernel family, from the cache or measured now (and cached)."""
     if len(candidates) == 1:
         return candidates[0]
-    key = tune_key(kernel_path)
+    key = tune_key(kernel_path, family)
     cache = _read(tune_file)
     entry = cache.get(key)
     if entry and entry.get("isa") in candidates:
         return entry["isa"]
-    seconds = measure(candidates, _panel_gemm_runner())
+    seconds = measure(candidates, make_runner())
     choice = fastest(seconds)
     best = {name: round(min(s) * 1e3, 3) for name, s in seconds.items()}
-    log.info("CPU kernels: measured the panel GEMM per instruction set (best ms per call: %s); using %s", best, choice)
+    log.info("CPU kernels: measured the %s kernel per instruction set (best ms per call: %s); using %s", family,
+             best, choice)  # fmt: skip
     cache[key] = {"isa": choice, "ms": best, "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _write(tune_file, cache)
     return choice
@@ -86,9 +114,35 @@ def _panel_gemm_runner() -> Callable[[str], None]:
     inputs = [torch.randn(rows, 640, generator=gen) for rows in TUNE_ROWS]
 
     def run(isa: str) -> None:
-        ops.set_cpu_isa(isa)
+        ops.set_cpu_isa(isa, "gemm")
         for x in inputs:
             ops.panel_linear(x, panels, 16384)
+
+    return run
+
+
+def _attention_runner(kv_dtype: torch.dtype) -> Callable[[str], None]:
+    import torch
+
+    from paged_engine.attention import ops
+
+    seqs, context, block, heads, kv_heads, head_dim = 16, 512, 16, 4, 1, 256
+    gen = torch.Generator().manual_seed(0)
+    blocks = seqs * context // block
+    shape = (blocks, block, kv_heads, head_dim)
+    key_cache = torch.randn(shape, generator=gen).to(kv_dtype)
+    value_cache = torch.randn(shape, generator=gen).to(kv_dtype)
+    block_tables = torch.randperm(blocks, generator=gen).view(seqs, -1).int()  # scattered, as a pool's are
+    query_start_loc = torch.arange(seqs + 1, dtype=torch.int32)
+    seq_lens = torch.full((seqs,), context, dtype=torch.int32)
+    query = torch.randn(seqs, heads, head_dim, generator=gen).to(kv_dtype)
+    out = torch.empty_like(query)
+
+    def run(isa: str) -> None:
+        ops.set_cpu_isa(isa, "attention")
+        for _ in range(4):  # one call is ~0.2 ms: a few per sample keep the timer's resolution out of it
+            ops.paged_attention(out, query, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
+                                head_dim**-0.5)  # fmt: skip
 
     return run
 

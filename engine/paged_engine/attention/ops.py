@@ -46,9 +46,9 @@ def load() -> Extension:
     """Load (building on first use) the kernel extension; raises KernelBuildError with the reason if it can't."""
     ext = find_or_build()
     _register_fakes()
-    isa = _cap_cpu_isa(os.environ.get("PAGED_CPU_ISA") or "auto", ext.path)
+    isas = _cap_cpu_isa(os.environ.get("PAGED_CPU_ISA") or "auto", ext.path)
     log.info("paged kernels loaded from %s (%s build, CUDA kernels: %s); CPU kernels: %s (this CPU: %s)", ext.path,
-             ext.how, ext.with_cuda, isa, ", ".join(supported_cpu_isas()))  # fmt: skip
+             ext.how, ext.with_cuda, describe_isas(isas), ", ".join(supported_cpu_isas()))  # fmt: skip
     return ext
 
 
@@ -180,40 +180,51 @@ def panel_linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features:
 
 
 CPU_ISAS = ("avx2", "avx512")  # in increasing order
+# The CPU kernel families with more than one variant, each choosing its own (csrc/cpu/isa.h: Kernel).
+CPU_KERNEL_FAMILIES = ("gemm", "attention")
 
 
-def cpu_isa() -> str:
-    """The instruction set the CPU kernels run with: the best this CPU supports, capped by ``PAGED_CPU_ISA``."""
-    return torch.ops.paged.cpu_isa()
+def cpu_isas() -> dict[str, str]:
+    """The instruction set each CPU kernel family with variants runs with (``{"gemm": "avx2", "attention":
+    "avx512"}``); the element-wise kernels have only the AVX2 one."""
+    return {kernel: torch.ops.paged.cpu_isa(kernel) for kernel in CPU_KERNEL_FAMILIES}
 
 
-def cap_cpu_isa(level: str) -> str:
-    """Run the CPU kernels at ``level`` or the best this CPU supports below it; ``auto`` takes whichever variant
-    measures faster on this CPU (``isa_tune``). Returns the variant chosen."""
-    return _cap_cpu_isa(level, load().path)
+def describe_isas(isas: dict[str, str]) -> str:
+    """``gemm avx2, attention avx512``, for logs and benchmark headers."""
+    return ", ".join(f"{kernel} {isa}" for kernel, isa in isas.items())
 
 
-def _cap_cpu_isa(level: str, kernel_path: Path) -> str:
+def cap_cpu_isa(level: str, kv_dtype: torch.dtype = torch.float32) -> dict[str, str]:
+    """Run the CPU kernels at ``level`` or the best this CPU supports below it; ``auto`` takes, per kernel
+    family, whichever variant measures faster on this CPU (``isa_tune``; attention with ``kv_dtype`` caches).
+    Returns the variants chosen."""
+    return _cap_cpu_isa(level, load().path, kv_dtype)
+
+
+def _cap_cpu_isa(level: str, kernel_path: Path, kv_dtype: torch.dtype = torch.float32) -> dict[str, str]:
     if level not in ("auto", *CPU_ISAS):
         raise ValueError(f"unknown CPU instruction set {level!r}; choose auto, {', '.join(CPU_ISAS)}")
-    supported = supported_cpu_isas()
+    supported = [isa for isa in CPU_ISAS if isa in supported_cpu_isas()]
     if level == "auto":
-        from paged_engine.attention.isa_tune import choose_panel_isa
+        from paged_engine.attention.isa_tune import choose_isas
 
-        set_cpu_isa(choose_panel_isa([isa for isa in CPU_ISAS if isa in supported], kernel_path))
+        for kernel, isa in choose_isas(supported, kernel_path, kv_dtype).items():
+            set_cpu_isa(isa, kernel)
     else:
-        allowed = CPU_ISAS[: CPU_ISAS.index(level) + 1]
-        set_cpu_isa(max((isa for isa in supported if isa in allowed), key=CPU_ISAS.index))
-    return cpu_isa()
+        set_cpu_isa(max((isa for isa in supported if CPU_ISAS.index(isa) <= CPU_ISAS.index(level)), key=CPU_ISAS.index))
+    return cpu_isas()
 
 
 def supported_cpu_isas() -> list[str]:
     return list(torch.ops.paged.supported_cpu_isas())
 
 
-def set_cpu_isa(name: str) -> None:
-    """Switch the CPU kernels to ``name`` (``avx2`` or ``avx512``); refused when this CPU lacks it."""
-    torch.ops.paged.set_cpu_isa(name)
+def set_cpu_isa(name: str, kernel: str | None = None) -> None:
+    """Switch one kernel family (``gemm``, ``attention``), or all of them, to ``name`` (``avx2`` or ``avx512``);
+    refused when this CPU lacks it."""
+    for family in [kernel] if kernel else CPU_KERNEL_FAMILIES:
+        torch.ops.paged.set_cpu_isa(name, family)
 
 
 def argmax_rows(input: torch.Tensor) -> torch.Tensor:

@@ -86,7 +86,8 @@ class EngineConfig:
         env="PAGED_GREEDY_HEAD", choices=GREEDY_HEADS,
     )  # fmt: skip
     cpu_isa: str = _setting(
-        "auto", "instruction set of the CPU kernels: auto (the best this CPU has) or a cap (avx2, avx512)",
+        "auto", "instruction set of the CPU kernels: auto (per kernel family, the variant that measures faster on"
+        " this CPU, timed once and cached) or a cap (avx2, avx512)",
         env="PAGED_CPU_ISA", choices=("auto", "avx2", "avx512"),
     )  # fmt: skip
     block_size: int = _setting(16, "tokens per KV-cache block")

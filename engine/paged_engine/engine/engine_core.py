@@ -86,15 +86,16 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def apply_cpu_isa(level: str) -> str:
-    """The CPU kernels' instruction set, capped at ``level``; "none" when the kernels can't be built here."""
+def apply_cpu_isa(level: str, dtype: torch.dtype) -> dict[str, str]:
+    """Each CPU kernel family's instruction set, capped at ``level`` (``auto`` times attention with ``dtype``
+    caches); "none" for every family when the kernels can't be built here."""
     try:
         ops.load()
     except ops.KernelBuildError:
-        return "none"
-    isa = ops.cap_cpu_isa(level)
-    logger.info("CPU kernels: %s (this CPU supports %s)", isa, ", ".join(ops.supported_cpu_isas()))
-    return isa
+        return dict.fromkeys(ops.CPU_KERNEL_FAMILIES, "none")
+    isas = ops.cap_cpu_isa(level, dtype)
+    logger.info("CPU kernels: %s (this CPU supports %s)", ops.describe_isas(isas), ", ".join(ops.supported_cpu_isas()))
+    return isas
 
 
 def kernel_build() -> KernelBuild:
@@ -126,9 +127,9 @@ class EngineCore:
         torch.manual_seed(config.seed)
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
-        self.cpu_isa = apply_cpu_isa(config.cpu_isa)
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
+        self.cpu_isas = apply_cpu_isa(config.cpu_isa, self.dtype)
         if self.device.type == "cpu":
             keep_freed_memory()
         model, hf_config = load_hf_model(self.model_folder, dtype=self.dtype, device=self.device)
@@ -346,7 +347,8 @@ class EngineCore:
             "block_size": plan.config.block_size, "device": str(self.device),
             "attention_backend": self.runner.backend.name, "attention_fallback": self.attention.reason or "",
             "prefill_attention": self.prefill_attention, "cuda_graphs": "off" if self.graphs_off is not None else "on",
-            "cpu_isa": self.cpu_isa, "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
+            "cpu_isa_gemm": self.cpu_isas["gemm"], "cpu_isa_attention": self.cpu_isas["attention"],
+            "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
             "vocab_size": self.limits.vocab_size, "max_logprobs": self.limits.max_logprobs,
             "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
             "lora_enabled": self.loras is not None, "max_loras": self.config.max_loras,
