@@ -18,6 +18,7 @@
 #include "argmax.h"
 #include "attention.h"
 #include "cache.h"
+#include "candidates.h"
 #include "gemm.h"
 #include "gemm_avx512.h"
 #include "isa.h"
@@ -476,6 +477,33 @@ at::Tensor argmax_rows_cpu(const at::Tensor& input) {
   return out;
 }
 
+// The ascending ids of the 16-column panels holding a value >= threshold[r] in some row r of `scores`.
+at::Tensor candidate_panels_cpu(const at::Tensor& scores, const at::Tensor& threshold) {
+  const char* op = "paged::candidate_panels";
+  check_device(scores, op, "scores", at::Device(at::kCPU));
+  check_device(threshold, op, "threshold", at::Device(at::kCPU));
+  check_dtype(scores, op, "scores", at::kFloat);
+  check_dtype(threshold, op, "threshold", at::kFloat);
+  TORCH_CHECK(scores.dim() == 2, op, ": scores must be [rows, vocab], got shape ", scores.sizes());
+  check_rows(scores, op, "scores");
+  TORCH_CHECK(threshold.dim() == 1 && threshold.size(0) == scores.size(0) && threshold.is_contiguous(), op,
+              ": threshold must be a contiguous [rows] = [", scores.size(0), "], got shape ", threshold.sizes());
+  const int64_t rows = scores.size(0), cols = scores.size(1);
+  const int64_t panels = (cols + cpu::kPanelCols - 1) / cpu::kPanelCols;
+  std::vector<uint8_t> hit(panels, 0);
+  const float* in = scores.const_data_ptr<float>();
+  const float* thresholds = threshold.const_data_ptr<float>();
+  at::parallel_for(0, panels, 1024, [&](int64_t begin, int64_t end) {
+    cpu::mark_candidate_panels(in, scores.stride(0), rows, cols, thresholds, begin, end, hit.data() + begin);
+  });
+  std::vector<int64_t> ids;
+  for (int64_t p = 0; p < panels; ++p)
+    if (hit[p]) ids.push_back(p);
+  at::Tensor out = scores.new_empty({static_cast<int64_t>(ids.size())}, scores.options().dtype(at::kLong));
+  std::copy(ids.begin(), ids.end(), out.data_ptr<int64_t>());
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(paged, m) {
@@ -493,6 +521,7 @@ TORCH_LIBRARY(paged, m) {
   m.def("rms_norm(Tensor(a!) out, Tensor input, Tensor weight, float eps, float offset) -> ()");
   m.def("rotary_embedding(Tensor(a!) query, Tensor(b!) key, Tensor cos, Tensor sin) -> ()");
   m.def("argmax_rows(Tensor input) -> Tensor");
+  m.def("candidate_panels(Tensor scores, Tensor threshold) -> Tensor");
   // The instruction set each CPU kernel family runs with (isa.h): the active variant of one, those this CPU
   // supports, and a setter.
   m.def("cpu_isa(str kernel) -> str", &cpu_isa);
@@ -511,6 +540,7 @@ TORCH_LIBRARY_IMPL(paged, CPU, m) {
   m.impl("rms_norm", &rms_norm_cpu);
   m.impl("rotary_embedding", &rotary_embedding_cpu);
   m.impl("argmax_rows", &argmax_rows_cpu);
+  m.impl("candidate_panels", &candidate_panels_cpu);
 }
 
 }  // namespace paged

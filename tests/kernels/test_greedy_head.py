@@ -74,3 +74,40 @@ def test_capped_logits_and_non_panel_heads_are_refused():
     weight = torch.randn(64, 16)
     assert "caps its logits" in rescored_greedy_unavailable_reason(PanelLinear(weight), 30.0)
     assert "panels" in rescored_greedy_unavailable_reason(torch.nn.Linear(16, 64), 0.0)
+
+
+def test_a_padding_column_never_wins_when_every_logit_is_negative():
+    """The last panel of a 17-token head holds 15 zero-weight padding columns, whose exact score 0 would beat
+    logits that are all negative."""
+    generator = torch.Generator().manual_seed(9)
+    x = torch.randn(3, 8, generator=generator)
+    weight = -x[0] / x[0].norm() * 2 + torch.randn(17, 8, generator=generator) * 0.01  # all logits of row 0 < 0
+    head, greedy = make_head(weight)
+    assert bool((head(x[:1]) < 0).all())
+    assert torch.equal(greedy(x), full_argmax(head, x)) and int(greedy(x)[0]) < 17
+
+
+@pytest.mark.parametrize(("rows", "vocab", "threads"), [(1, 16, 1), (5, 1000, 1), (16, 40_000, 2), (3, 17, 2)])
+def test_candidate_panels_are_the_union_of_every_rows_candidates(rows, vocab, threads):
+    generator = torch.Generator().manual_seed(rows + vocab)
+    scores = torch.randn(rows, vocab, generator=generator)
+    scores[0, 5] = float("nan")  # compares false: never a candidate by itself
+    threshold = torch.randn(rows, generator=generator).abs() + 2.5  # a few candidates per row
+    padded = torch.nn.functional.pad(scores, (0, -vocab % ops.PANEL_COLS), value=float("-inf"))
+    expected = (padded >= threshold[:, None]).view(rows, -1, ops.PANEL_COLS).any(dim=2).any(dim=0).nonzero()[:, 0]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        assert torch.equal(ops.candidate_panels(scores, threshold), expected)
+        strided = torch.randn(rows, vocab + 7, generator=generator)[:, :vocab]  # rows not back to back
+        strided.copy_(scores)
+        assert torch.equal(ops.candidate_panels(strided, threshold), expected)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_candidate_panels_refuse_mismatched_thresholds():
+    with pytest.raises(RuntimeError, match=r"threshold must be a contiguous \[rows\] = \[4\]"):
+        ops.candidate_panels(torch.zeros(4, 32), torch.zeros(3))
+    with pytest.raises(RuntimeError, match="scores"):
+        ops.candidate_panels(torch.zeros(4, 32, dtype=torch.float64), torch.zeros(4))

@@ -31,6 +31,12 @@ def test_opcheck_copy_blocks() -> None:
     torch.library.opcheck(torch.ops.paged.copy_blocks.default, args)
 
 
+def test_opcheck_the_greedy_heads_ops() -> None:
+    scores = torch.randn(4, 100)
+    torch.library.opcheck(torch.ops.paged.argmax_rows.default, (scores,))
+    torch.library.opcheck(torch.ops.paged.candidate_panels.default, (scores, torch.full((4,), 1.5)))
+
+
 def test_torch_compile_traces_the_ops() -> None:
     """A compiled function that writes the cache then attends gives the eager result, with no graph break."""
     batch = make_batch([(12, 4)], num_heads=2, num_kv_heads=1)

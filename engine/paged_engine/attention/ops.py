@@ -28,6 +28,7 @@ __all__ = [
     "Extension",
     "KernelBuildError",
     "argmax_rows",
+    "candidate_panels",
     "copy_blocks",
     "gated_activation",
     "load",
@@ -102,6 +103,11 @@ def _register_fakes() -> None:
     @torch.library.register_fake("paged::argmax_rows")
     def _(input):
         return input.new_empty((input.shape[0],), dtype=torch.int64)
+
+    @torch.library.register_fake("paged::candidate_panels")
+    def _(scores, threshold):
+        _check_same_device("paged::candidate_panels", "scores", scores, threshold=threshold)
+        return scores.new_empty((torch.library.get_ctx().new_dynamic_size(),), dtype=torch.int64)
 
     @torch.library.register_fake("paged::rotary_embedding")
     def _(query, key, cos, sin):
@@ -230,6 +236,12 @@ def set_cpu_isa(name: str, kernel: str | None = None) -> None:
 def argmax_rows(input: torch.Tensor) -> torch.Tensor:
     """``input.argmax(dim=-1)`` for ``[rows, n]`` fp32 on the CPU, in one vectorised pass (same ties and NaNs)."""
     return torch.ops.paged.argmax_rows(input)
+
+
+def candidate_panels(scores: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """The ascending ids of the 16-column panels in which some row ``r`` of ``scores`` ``[rows, n]`` (fp32, CPU)
+    has a value ``>= threshold[r]``: the union of every row's candidates, in one pass."""
+    return torch.ops.paged.candidate_panels(scores, threshold)
 
 
 def rms_norm(input: torch.Tensor, weight: torch.Tensor, eps: float, offset: float) -> torch.Tensor:

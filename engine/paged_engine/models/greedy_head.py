@@ -10,8 +10,11 @@ head would give up to its own summation order. With ``u = 2^-9`` (bf16 rounding)
 ``a_v`` of hidden row ``x`` and token ``v`` differs from the exact ``l_v`` by at most
 ``E = (2u + u^2 + 4 K 2^-24) * ||x|| * max_v ||w_v||`` (operand rounding, both accumulations, by Cauchy-Schwarz)
 plus ``2u * |a_v|`` (the bf16 output's rounding). Every token whose interval ``a_v ± err`` reaches the
-approximate winner's lower end is a candidate, so the true winner always is one. Rows whose candidates are
-too many to be worth rescoring (a degenerate hidden state), or with non-finite values, take the full fp32 head.
+approximate winner's lower end is a candidate, so the true winner always is one. A token that is not a
+candidate of its row has an exact logit strictly below the approximate winner's, so the rescoring scores every
+row on the union of all rows' candidate panels and takes each row's plain argmax there: the extra tokens can
+neither win nor tie. Rows whose candidates are too many to be worth rescoring (a degenerate hidden state), or
+with non-finite values, take the full fp32 head.
 """
 
 from __future__ import annotations
@@ -41,24 +44,22 @@ class RescoredGreedyHead:
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         """int64 token ids ``[rows]`` for fp32 ``hidden`` ``[rows, K]``."""
         approx = self.approx(hidden.to(torch.bfloat16)).float()
-        best = approx.max(dim=1).values
+        best = approx.gather(1, ops.argmax_rows(approx)[:, None])[:, 0]  # NaN where the row has one
         bound = hidden.norm(dim=1) * self._bound_per_norm
         lower = best - 2 * _U * best.abs() - 2 * bound  # the approximate winner's exact value is at least this
         # a_v + 2u|a_v| >= lower  <=>  a_v >= threshold (the left side grows with a_v).
         threshold = torch.where(lower >= 0, lower / (1 + 2 * _U), lower / (1 - 2 * _U))
-        rows, cols = (approx >= threshold[:, None]).nonzero(as_tuple=True)
-        counts = torch.bincount(rows, minlength=hidden.shape[0])
-        if not bool(torch.isfinite(threshold).all()) or int(counts.min()) == 0:
+        if not bool(torch.isfinite(threshold).all()):
             return self._full(hidden)
-        panel_ids, compact = torch.unique(cols // ops.PANEL_COLS, return_inverse=True)
+        panel_ids = ops.candidate_panels(approx, threshold)
         if panel_ids.numel() > MAX_PANELS_PER_ROW * hidden.shape[0]:
             return self._full(hidden)
         sub = self.head.packed_weight.index_select(0, panel_ids)
         exact = ops.panel_linear(hidden, sub, panel_ids.numel() * ops.PANEL_COLS)
-        scores = torch.full_like(exact, float("-inf"))
-        positions = compact * ops.PANEL_COLS + cols % ops.PANEL_COLS
-        scores[rows, positions] = exact[rows, positions]
-        winner = ops.argmax_rows(scores)  # first maximum: candidates are in vocabulary order
+        padding = ops.PANEL_COLS - (self.vocab_size - int(panel_ids[-1]) * ops.PANEL_COLS)
+        if padding > 0:  # the last panel's columns past the vocabulary score 0, which must not win
+            exact[:, exact.shape[1] - padding :] = float("-inf")
+        winner = ops.argmax_rows(exact)  # first maximum: panels are in vocabulary order
         return panel_ids[winner // ops.PANEL_COLS] * ops.PANEL_COLS + winner % ops.PANEL_COLS
 
     def _full(self, hidden: torch.Tensor) -> torch.Tensor:
