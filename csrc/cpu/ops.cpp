@@ -245,11 +245,18 @@ inline int64_t row_grain(int64_t row_elems, int64_t task_elems) {
   return std::max<int64_t>(1, task_elems / std::max<int64_t>(row_elems, 1));
 }
 
+// Each tensor named must be an fp32 tensor on the CPU (the ops that compute only in fp32).
+void check_cpu_fp32(const char* op, std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors) {
+  for (const auto& [name, t] : tensors) {
+    check_device(*t, op, name, at::Device(at::kCPU));
+    check_dtype(*t, op, name, at::kFloat);
+  }
+}
+
 // Weight [N, K] fp32 -> panels [ceil(N / 16), K, 16] for panel_linear.
 at::Tensor pack_linear_weight_cpu(const at::Tensor& weight) {
   const char* op = "paged::pack_linear_weight";
-  check_device(weight, op, "weight", at::Device(at::kCPU));
-  check_dtype(weight, op, "weight", at::kFloat);
+  check_cpu_fp32(op, {{"weight", &weight}});
   TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), op, ": weight must be a contiguous [out_features, "
               "in_features] matrix, got shape ", weight.sizes(), " and strides ", weight.strides());
   const int64_t n = weight.size(0), k = weight.size(1);
@@ -265,10 +272,7 @@ at::Tensor pack_linear_weight_cpu(const at::Tensor& weight) {
 // input [M, K] @ weight^T with the weight packed by pack_linear_weight -> [M, out_features], fp32.
 at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_weight, int64_t out_features) {
   const char* op = "paged::panel_linear";
-  check_device(input, op, "input", at::Device(at::kCPU));
-  check_device(packed_weight, op, "packed_weight", at::Device(at::kCPU));
-  check_dtype(input, op, "input", at::kFloat);
-  check_dtype(packed_weight, op, "packed_weight", at::kFloat);
+  check_cpu_fp32(op, {{"input", &input}, {"packed_weight", &packed_weight}});
   TORCH_CHECK(input.dim() == 2, op, ": input must be [rows, in_features], got shape ", input.sizes());
   check_rows(input, op, "input");
   const int64_t m = input.size(0), k = input.size(1);
@@ -462,8 +466,7 @@ void rotary_embedding_cpu(at::Tensor& query, at::Tensor& key, const at::Tensor& 
 // The index of each row's largest value (the first one; the first NaN if any), as torch.argmax(input, -1).
 at::Tensor argmax_rows_cpu(const at::Tensor& input) {
   const char* op = "paged::argmax_rows";
-  check_device(input, op, "input", at::Device(at::kCPU));
-  check_dtype(input, op, "input", at::kFloat);
+  check_cpu_fp32(op, {{"input", &input}});
   TORCH_CHECK(input.dim() == 2, op, ": input must be [rows, n], got shape ", input.sizes());
   TORCH_CHECK(input.size(1) > 0, op, ": input rows must not be empty (argmax of nothing)");
   check_rows(input, op, "input");
@@ -480,10 +483,7 @@ at::Tensor argmax_rows_cpu(const at::Tensor& input) {
 // The ascending ids of the 16-column panels holding a value >= threshold[r] in some row r of `scores`.
 at::Tensor candidate_panels_cpu(const at::Tensor& scores, const at::Tensor& threshold) {
   const char* op = "paged::candidate_panels";
-  check_device(scores, op, "scores", at::Device(at::kCPU));
-  check_device(threshold, op, "threshold", at::Device(at::kCPU));
-  check_dtype(scores, op, "scores", at::kFloat);
-  check_dtype(threshold, op, "threshold", at::kFloat);
+  check_cpu_fp32(op, {{"scores", &scores}, {"threshold", &threshold}});
   TORCH_CHECK(scores.dim() == 2, op, ": scores must be [rows, vocab], got shape ", scores.sizes());
   check_rows(scores, op, "scores");
   TORCH_CHECK(threshold.dim() == 1 && threshold.size(0) == scores.size(0) && threshold.is_contiguous(), op,
