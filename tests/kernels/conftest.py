@@ -12,14 +12,20 @@ def kernels():
     return ops.load()
 
 
+@pytest.fixture
+def restore_cpu_isas(kernels):
+    """Puts every kernel family back on the variant it had, whatever the test switched."""
+    before = ops.cpu_isas()
+    yield before
+    for kernel, isa in before.items():
+        ops.set_cpu_isa(isa, kernel)
+
+
 @pytest.fixture(params=["avx2", "avx512"])
-def cpu_isa(request, kernels):
+def cpu_isa(request, restore_cpu_isas):
     """Each instruction-set variant of the CPU kernels this machine supports, in turn (AVX2 always), for every
     kernel family at once."""
     if request.param not in ops.supported_cpu_isas():
         pytest.skip(f"this CPU does not support {request.param}")
-    before = ops.cpu_isas()
     ops.set_cpu_isa(request.param)
-    yield request.param
-    for kernel, isa in before.items():
-        ops.set_cpu_isa(isa, kernel)
+    return request.param

@@ -218,7 +218,7 @@ def _cap_cpu_isa(level: str, kernel_path: Path, kv_dtype: torch.dtype = torch.fl
         for kernel, isa in choose_isas(supported, kernel_path, kv_dtype).items():
             set_cpu_isa(isa, kernel)
     else:
-        set_cpu_isa(max((isa for isa in supported if CPU_ISAS.index(isa) <= CPU_ISAS.index(level)), key=CPU_ISAS.index))
+        set_cpu_isa([isa for isa in supported if CPU_ISAS.index(isa) <= CPU_ISAS.index(level)][-1])
     return cpu_isas()
 
 
