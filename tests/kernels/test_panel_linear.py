@@ -62,3 +62,28 @@ def test_each_kernel_family_keeps_its_own_variant():
     ops.set_cpu_isa("avx2")
     ops.set_cpu_isa("avx512", "attention")
     assert ops.cpu_isas() == {"gemm": "avx2", "attention": "avx512"}
+
+
+def test_opcheck():
+    weight = torch.randn(40, 24)
+    torch.library.opcheck(torch.ops.paged.pack_linear_weight.default, (weight,))
+    args = (torch.randn(5, 24), ops.pack_linear_weight(weight), 40)
+    torch.library.opcheck(torch.ops.paged.panel_linear.default, args)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda p: ops.panel_linear(torch.randn(3, 24).double(), p, 40), "input must be Float"),
+        (lambda p: ops.panel_linear(torch.randn(24), p, 40), r"input must be \[rows, in_features\]"),
+        (lambda p: ops.panel_linear(torch.randn(3, 20), p, 40), r"packed_weight must have shape"),
+        (lambda p: ops.panel_linear(torch.randn(3, 24), p, 60), r"packed_weight must have shape"),
+        (lambda p: ops.panel_linear(torch.randn(24, 3).T, p, 40), "contiguous in its last dimension"),
+        (lambda p: ops.pack_linear_weight(torch.randn(40, 24).T), "contiguous"),
+        (lambda p: ops.pack_linear_weight(torch.randn(40, 24).half()), "weight must be Float"),
+    ],
+)
+def test_bad_arguments_are_named(call, message):
+    packed = ops.pack_linear_weight(torch.randn(40, 24))
+    with pytest.raises(RuntimeError, match=message):
+        call(packed)
