@@ -118,37 +118,38 @@ inline void row_times_panel(const float* strip, int row, const float* panel, int
 #endif
 }
 
+// Floats of the per-thread tile gemm_panels needs for m rows: one panel's worth of 6-row strips.
+inline int64_t tile_floats(int64_t m) { return (m + kStripRows - 1) / kStripRows * kStripRows * kPanelCols; }
+
 // Up to this many rows go through row_times_panel.
 constexpr int64_t kNarrowRows = 2;
 
-// out[:, panels [panel_begin, panel_end)] for all m rows, with strips of StripRows rows and the given tile
-// kernels (this file's AVX2 ones, or gemm_avx512.h's). `tile` holds m rounded up to StripRows rows x 16 floats,
+// out[:, panels [panel_begin, panel_end)] for all m rows (6-row strips). `tile` holds tile_floats(m) floats,
 // 32-byte aligned. Panels are 64-byte aligned when `panels` is (each is k * 64 bytes).
-template <int StripRows, typename StripKernel, typename RowKernel>
-inline void gemm_panels_with(StripKernel strip_kernel, RowKernel row_kernel, const float* strips, int64_t m, int64_t k,
-                             const float* panels, int64_t n, float* out, int64_t out_stride, int64_t panel_begin,
-                             int64_t panel_end, float* tile) {
-  const int64_t num_strips = (m + StripRows - 1) / StripRows;
+inline void gemm_panels(const float* strips, int64_t m, int64_t k, const float* panels, int64_t n, float* out,
+                        int64_t out_stride, int64_t panel_begin, int64_t panel_end, float* tile) {
+  const int64_t num_strips = (m + kStripRows - 1) / kStripRows;
   for (int64_t p = panel_begin; p < panel_end; ++p) {
     const float* panel = panels + p * k * kPanelCols;
     if (m <= kNarrowRows) {
-      for (int r = 0; r < m; ++r) row_kernel(strips, r, panel, k, tile + r * kPanelCols);
+      for (int r = 0; r < m; ++r) row_times_panel(strips, r, panel, k, tile + r * kPanelCols);
     } else {
       for (int64_t s = 0; s < num_strips; ++s) {
         const float* next = s == 0 && p + 1 < panel_end ? panel + k * kPanelCols : nullptr;
-        strip_kernel(strips + s * k * StripRows, panel, k, tile + s * StripRows * kPanelCols, next);
+        strip_times_panel(strips + s * k * kStripRows, panel, k, tile + s * kStripRows * kPanelCols, next);
       }
     }
     const int64_t col0 = p * kPanelCols;
     const int64_t cols = std::min<int64_t>(kPanelCols, n - col0);
-    for (int64_t r = 0; r < m; ++r) std::copy(tile + r * kPanelCols, tile + r * kPanelCols + cols, out + r * out_stride + col0);
+    // A copy of a constant 16 floats compiles to vector moves; one of `cols` floats is a library call per row.
+    for (int64_t r = 0; r < m; ++r) {
+      const float* row = tile + r * kPanelCols;
+      if (cols == kPanelCols)
+        std::copy_n(row, kPanelCols, out + r * out_stride + col0);
+      else
+        std::copy_n(row, cols, out + r * out_stride + col0);
+    }
   }
-}
-
-inline void gemm_panels(const float* strips, int64_t m, int64_t k, const float* panels, int64_t n, float* out,
-                        int64_t out_stride, int64_t panel_begin, int64_t panel_end, float* tile) {
-  gemm_panels_with<kStripRows>(strip_times_panel, row_times_panel, strips, m, k, panels, n, out, out_stride,
-                               panel_begin, panel_end, tile);
 }
 
 }  // namespace paged::cpu

@@ -283,14 +283,17 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
   at::Tensor out = input.new_empty({m, out_features});
   if (m == 0 || out_features == 0) return out;
   const float* panels = packed_weight.const_data_ptr<float>();
-  // Rows go through in chunks: past ~256 rows the strips and the per-thread tile no longer stay in L2 next to
-  // the panel, and 512 rows at once ran at half the speed of two chunks of 256 (each re-streaming the weight).
-  constexpr int64_t kRowChunk = 256;
+  // Rows go through in chunks whose strips (rows x k floats) stay in L2 while every panel goes by: 512 rows at
+  // once ran at half the speed of two chunks of 256 (each re-streaming the weight), and at k = 2048 a chunk of
+  // 256 rows (2 MiB of strips) no longer fit next to the tile.
+  const int64_t kRowChunk = std::clamp<int64_t>((int64_t{1} << 18) / std::max<int64_t>(k, 1), 48, 256);
   const bool wide = cpu::active_isa(cpu::Kernel::kGemm) == cpu::Isa::kAvx512;
 #if PAGED_X86
   const int strip_rows = wide ? cpu::avx512::kStripRows : cpu::kStripRows;
+  const auto tile_floats = wide ? cpu::avx512::tile_floats : cpu::tile_floats;
 #else
   const int strip_rows = cpu::kStripRows;
+  const auto tile_floats = cpu::tile_floats;
 #endif
   const int64_t chunk_rows = std::min(m, kRowChunk);
   std::vector<float> strips((chunk_rows + strip_rows - 1) / strip_rows * strip_rows * k);
@@ -298,7 +301,7 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
     const int64_t rows = std::min(kRowChunk, m - row0);
     cpu::pack_strips(input.const_data_ptr<float>() + row0 * input.stride(0), input.stride(0), rows, k, strips.data(),
                      strip_rows);
-    const int64_t tile_vectors = (rows + strip_rows - 1) / strip_rows * strip_rows * cpu::kPanelCols / 8;
+    const int64_t tile_vectors = tile_floats(rows) / 8;
     float* dst = out.data_ptr<float>() + row0 * out.stride(0);
     // parallel_for hands each thread one contiguous run of panels; the grain only keeps a tiny weight on one
     // thread. (A grain of 256 panels left a layer's 40-256 panels to a single thread.)

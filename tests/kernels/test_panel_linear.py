@@ -12,7 +12,7 @@ pytestmark = pytest.mark.usefixtures("kernels")
 
 
 @pytest.mark.parametrize("rows", [0, 1, 2, 3, 5, 6, 7, 11, 12, 13, 64, 301])
-@pytest.mark.parametrize(("out_features", "in_features"), [(16, 8), (100, 40), (1000, 640)])
+@pytest.mark.parametrize(("out_features", "in_features"), [(16, 8), (100, 40), (40, 300), (1000, 640)])
 def test_matches_dense_linear(rows, out_features, in_features, cpu_isa):
     gen = torch.Generator().manual_seed(rows * 7919 + out_features)
     weight = torch.randn(out_features, in_features, generator=gen)
