@@ -1,11 +1,15 @@
 """Gemma 3 270M in bf16 on the CPU against transformers on the same weights, teacher-forced: at every position of
-real English prompts, is the engine's most likely next token (its prompt logprobs) the reference's argmax?
+real English prompts, how far is the engine's next-token distribution from transformers' fp32 one, against how
+far transformers' own bf16 is?
 
-Measured here (4 x 256 tokens of standard-library docstrings): transformers' own bf16 agrees with its fp32 at
-98.1 % of positions, so no bf16 implementation that rounds differently inside its GEMMs can reach 99 % against
-it; ours scored 98.1 % against transformers' bf16 and 98.4 % against fp32. The test therefore holds the engine's
-bf16 to transformers' bf16 quality, measured against fp32 in the same run, and to a floor against transformers'
-bf16; ``--dtype auto`` keeps fp32 on the CPU because the 99 % bar of issue #18 is not met (docs/benchmarks.md)."""
+The measure is the mean KL divergence from fp32, not top-1 agreement alone. Top-1 agreement over ~1,000 positions
+moves by several positions with how the rows are batched: on an AMX Xeon, our bf16 agreed with fp32 at 98.6 %
+prompt by prompt and 97.8 % with the four prompts in one batch (oneDNN blocks the GEMMs differently), against
+transformers' 98.4 %, while the KL divergence stayed at 1.08-1.11x transformers' in both (1.19x with the
+attention capped to AVX2). Transformers' own bf16 agrees with its fp32 at 98.1-98.4 % (Zen 4, the AMX Xeon), so
+no bf16 path that rounds differently inside its GEMMs reaches 99 % against it, and ``--dtype auto`` keeps fp32 on
+the CPU (docs/benchmarks.md). Top-1 agreement is still held to a floor against both references.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +25,8 @@ pytestmark = pytest.mark.gemma
 
 PROMPT_TOKENS = 256
 NUM_PROMPTS = 4
-MARGIN = 0.005  # 5 of the 1,020 positions: bf16 rounding order may tip that many near-ties either way
-FLOOR_VS_BF16 = 0.97
+KL_RATIO = 1.3  # ours may be this much further from fp32 than transformers' bf16 (measured: 1.08-1.19x)
+TOP1_FLOOR = 0.97
 
 
 def english_corpus() -> str:
@@ -32,36 +36,58 @@ def english_corpus() -> str:
     return "\n\n".join(inspect.getdoc(obj) or "" for obj in objects)
 
 
-def top1(entry) -> int:
-    """The most likely token at a prompt position (entry 0 is the prompt's own token, then the top-N by rank)."""
-    return next(t for t, r in zip(entry.token_ids[1:], entry.ranks[1:], strict=True) if r == 1)
+def agreement(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.argmax(-1) == b.argmax(-1)).float().mean())
 
 
-def agreement(a: list[list[int]], b: list[list[int]]) -> float:
-    pairs = [(x, y) for row_a, row_b in zip(a, b, strict=True) for x, y in zip(row_a, row_b, strict=True)]
-    return sum(x == y for x, y in pairs) / len(pairs)
+def mean_kl(reference: torch.Tensor, other: torch.Tensor) -> float:
+    """Mean over positions of KL(reference || other), from logits ``[positions, vocab]``."""
+    log_p, log_q = reference.log_softmax(-1), other.log_softmax(-1)
+    return float((log_p.exp() * (log_p - log_q)).sum(-1).mean())
 
 
-def test_bf16_top1_is_as_good_as_transformers_bf16():
+def test_bf16_is_as_close_to_fp32_as_transformers_bf16():
     from transformers import Gemma3ForCausalLM
 
     llm = LLM(dtype="bfloat16", block_size=16, kv_cache_memory=256 << 20, max_model_len=1024, num_threads=2)
     corpus = llm.tokenizer.encode(english_corpus())
     prompts = [corpus[i * PROMPT_TOKENS : (i + 1) * PROMPT_TOKENS] for i in range(NUM_PROMPTS)]
     assert len(prompts[-1]) == PROMPT_TOKENS
-    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1))
-    ours = [[top1(entry) for entry in out.prompt_logprobs[1:]] for out in outputs]
+    logits = prompt_logits(llm, prompts)
     reference = {}
     for dtype in (torch.bfloat16, torch.float32):
         hf = Gemma3ForCausalLM.from_pretrained(llm.engine.model_folder, dtype=dtype).eval()
         with torch.inference_mode():
-            reference[dtype] = [hf(torch.tensor([p])).logits[0, :-1].float().argmax(-1).tolist() for p in prompts]
-    ours_vs_fp32 = agreement(ours, reference[torch.float32])
-    theirs_vs_fp32 = agreement(reference[torch.bfloat16], reference[torch.float32])
-    ours_vs_bf16 = agreement(ours, reference[torch.bfloat16])
+            reference[dtype] = torch.cat([hf(torch.tensor([p])).logits[0, :-1].float() for p in prompts])
+    fp32, theirs = reference[torch.float32], reference[torch.bfloat16]
+    ours_kl, theirs_kl = mean_kl(fp32, logits), mean_kl(fp32, theirs)
     figures = (
-        f"ours vs fp32 {ours_vs_fp32:.2%}, transformers bf16 vs fp32 {theirs_vs_fp32:.2%}, "
-        f"ours vs transformers bf16 {ours_vs_bf16:.2%}"
+        f"KL from fp32: ours {ours_kl:.5f}, transformers bf16 {theirs_kl:.5f}; top-1 agreement: ours vs fp32 "
+        f"{agreement(logits, fp32):.2%}, transformers bf16 vs fp32 {agreement(theirs, fp32):.2%}, ours vs "
+        f"transformers bf16 {agreement(logits, theirs):.2%}"
     )
-    assert ours_vs_fp32 >= theirs_vs_fp32 - MARGIN, figures
-    assert ours_vs_bf16 >= FLOOR_VS_BF16, figures
+    assert ours_kl <= KL_RATIO * theirs_kl, figures
+    assert agreement(logits, fp32) >= TOP1_FLOOR, figures
+    assert agreement(logits, theirs) >= TOP1_FLOOR, figures
+
+
+def prompt_logits(llm: LLM, prompts: list[list[int]]) -> torch.Tensor:
+    """The engine's fp32 logits at every prompt position but the last, all prompts in one batch, caught where
+    the runner computes them for the prompt logprobs (the sampling rows' call has one row per prompt)."""
+    model = llm.engine.core.runner.model
+    caught: list[torch.Tensor] = []
+    compute_logits = model.compute_logits
+
+    def catching(hidden: torch.Tensor) -> torch.Tensor:
+        logits = compute_logits(hidden)
+        caught.append(logits.clone())
+        return logits
+
+    model.compute_logits = catching
+    try:
+        llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=1))
+    finally:
+        del model.compute_logits
+    prompt_rows = [t for t in caught if t.shape[0] == PROMPT_TOKENS - 1]  # one call per prompt, in order
+    assert len(prompt_rows) == len(prompts), [t.shape for t in caught]
+    return torch.cat(prompt_rows)
