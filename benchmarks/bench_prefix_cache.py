@@ -59,7 +59,7 @@ def main() -> None:
         port = free_port()
         command = paged_command(folder, port, args, flag)
         print(f"== {name}: {' '.join(command)}", flush=True)
-        with running(name.replace(" ", "-"), command, port, env, args.start_timeout) as url:
+        with running(name.replace(" ", "-"), command, port, env, args.start_timeout) as (url, _):
             q0, h0 = prefix_counters(url)
             results[name] = run_bench(url, folder, bench_args)
             q1, h1 = prefix_counters(url)

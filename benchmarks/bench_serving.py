@@ -9,7 +9,8 @@ see docs/benchmarks.md for how it was installed); when it is not installed, it i
     python benchmarks/bench_serving.py --systems paged -- --num-prompts 16 --request-rate 1
     python benchmarks/bench_serving.py -- --dataset sharegpt-like --max-output-len 128 --slo-ttft-ms 2000
 
-Arguments after ``--`` go to ``paged-ctl bench`` (defaults: see BENCH_DEFAULTS).
+Arguments after ``--`` go to ``paged-ctl bench`` (defaults: see BENCH_DEFAULTS). The table's last row, start
+to ready, is the time from starting a server to its first answered completion, as a user waits for it.
 """
 
 from __future__ import annotations
@@ -55,22 +56,26 @@ def model_folder(model: str | None) -> Path:
 
 
 @contextlib.contextmanager
-def running(name: str, command: list[str], port: int, env: dict[str, str], timeout: float) -> Iterator[str]:
-    """Start a server, wait until ``/health`` answers 200 and a 1-token completion succeeds, yield its URL,
-    then stop it (SIGTERM to its process group, SIGKILL after 30 s)."""
+def running(
+    name: str, command: list[str], port: int, env: dict[str, str], timeout: float
+) -> Iterator[tuple[str, float]]:
+    """Start a server, wait until ``/health`` answers 200 and a 1-token completion succeeds, yield its URL and
+    the seconds that took (start to ready, as a user waits for it), then stop it (SIGTERM to its process group,
+    SIGKILL after 30 s)."""
     url = f"http://127.0.0.1:{port}"
     log = Path(tempfile.gettempdir()) / f"bench-{name}-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         while not _warm(url):
             if proc.poll() is not None:
                 raise SystemExit(f"{name} exited with {proc.returncode}; log {log}:\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
                 raise SystemExit(f"{name} not ready within {timeout:.0f} s; log {log}:\n{log.read_text()[-3000:]}")
-            time.sleep(1.0)
-        yield url
+            time.sleep(0.25)
+        yield url, time.monotonic() - started
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -179,6 +184,7 @@ ROWS = (
     ("tpot.p99", "TPOT p99 ms", "{:.1f}"),
     ("itl.median", "ITL median ms", "{:.1f}"),
     ("e2el.median", "E2E median ms", "{:.0f}"),
+    ("start_to_ready_s", "start to ready s", "{:.1f}"),
 )
 
 
@@ -256,12 +262,13 @@ def main() -> None:
         else:
             command = paged_command(folder, port, args)
         print(f"== {system}: {' '.join(command)}", flush=True)
-        with running(system, command, port, env, args.start_timeout) as url:
+        with running(system, command, port, env, args.start_timeout) as (url, ready_s):
+            print(f"{system}: ready {ready_s:.1f} s after start", flush=True)
             if system == "paged":
                 info = engine_info(url)
                 print(f"paged engine: {', '.join(f'{k}={v}' for k, v in sorted(info.items()))}", flush=True)
             before = scrape_phases(url) if system == "paged" else {}
-            results[system] = run_bench(url, folder, bench_args)
+            results[system] = run_bench(url, folder, bench_args) | {"start_to_ready_s": ready_s}
             if system == "paged":
                 breakdowns[system] = breakdown(before, scrape_phases(url))
     print(f"\nworkload: paged-ctl bench {' '.join(bench_args)}")
