@@ -4,7 +4,8 @@
 batch sizes that packing costs as much as the multiply itself. Packing once at load time (what vLLM's and
 IPEX's CPU paths do) measured 1.1-2.7x faster on this project's decode-sized GEMMs (16-64 rows). fp32 weights
 go into our panel kernel's layout (``paged::panel_linear``, csrc/cpu/gemm.h): on Gemma 3 270M's shapes it ran
-1.2-1.4x oneDNN's packed GEMM at 1-64 rows and 1.0-1.1x at 2048. Where our kernels do not load, and for bf16,
+1.2-1.4x oneDNN's packed GEMM at 1-64 rows and 1.0-1.1x at 2048 on Zen 4; on an AMX Xeon 1.2-3x at 1 row,
+0.9-1.5x at 16 and 0.77-0.97x at 512-2048. Where our kernels do not load, and for bf16,
 oneDNN's packed layout is used. Packing replaces the dense weight, so it costs no extra memory. A tied head in
 panels also serves the embedding lookups (``PanelEmbedding``); a tied head oneDNN packs is opaque, so there the
 embedding keeps its dense rows. Figures: docs/benchmarks.md (``benchmarks/bench_gemm.py``).
