@@ -199,6 +199,7 @@ def test_repeated_prompt_reports_cached_tokens(client: openai.OpenAI, server: Se
 
 def test_engine_info_says_what_serves_and_which_cpu_kernel_variants(server: ServerProcess) -> None:
     from paged_engine.attention import ops
+    from paged_engine.attention.cpu_info import bf16_gemm_unit
 
     (info,) = [name for name in scrape(server) if name.startswith("paged_engine_info{")]
     labels = dict(pair.split("=", 1) for pair in info.removeprefix("paged_engine_info{").removesuffix("}").split(","))
@@ -207,6 +208,7 @@ def test_engine_info_says_what_serves_and_which_cpu_kernel_variants(server: Serv
     supported = ops.supported_cpu_isas()  # each family its own choice, within what this CPU runs
     assert labels["cpu_isa_gemm"] in supported and labels["cpu_isa_attention"] in supported, labels
     assert f"CPU kernels: gemm {labels['cpu_isa_gemm']}, attention {labels['cpu_isa_attention']}" in server.log()
+    assert labels["cpu_bf16_gemm"] == bf16_gemm_unit(), labels  # what oneDNN runs: test_bf16_gemm_unit.py
 
 
 def test_tokenize_and_detokenize(server: ServerProcess) -> None:

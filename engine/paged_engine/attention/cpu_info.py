@@ -1,8 +1,10 @@
-"""What CPU this is, in one line for benchmark output: model name, the SIMD flags our kernels care about, and the
-instruction set the CPU kernels chose. Figures from different machines are only comparable with this beside them."""
+"""What CPU this is, in one line for benchmark output: model name, the SIMD flags our kernels care about, the
+instruction set the CPU kernels chose and what oneDNN's bf16 GEMMs run on. Figures from different machines are
+only comparable with this beside them."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 FLAGS_OF_INTEREST = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_bf16",
@@ -23,13 +25,31 @@ def cpu_model_and_flags() -> tuple[str, list[str]]:
     return model, flags
 
 
+def bf16_gemm_unit() -> str:
+    """What oneDNN's bf16 GEMMs (a bf16 model's linears, the rescored greedy head's bf16 copy) run on here:
+    ``amx`` (the tile units, granted to this process), ``avx512_bf16`` (the AVX-512 bf16 dot products),
+    ``avx512`` (bf16 converted in AVX-512 registers) or ``none`` (no fast bf16 GEMM: bf16 weights are not
+    pre-packed). oneDNN picks the best the CPU reports; where ``ONEDNN_MAX_CPU_ISA`` caps it, the cap is named."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available() or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return "none"
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    if cap != "ALL":
+        return cap.lower()  # at most this, e.g. avx512_core_bf16
+    _, flags = cpu_model_and_flags()
+    if "amx_bf16" in flags and torch._C._cpu._init_amx():
+        return "amx"
+    return "avx512_bf16" if "avx512_bf16" in flags else "avx512"
+
+
 def describe_cpu() -> str:
-    """``AMD EPYC (avx2 fma avx512f ...), CPU kernels: gemm avx2, attention avx512``; the kernels' part is
-    omitted when they aren't loaded (benchmarks load them first)."""
+    """``AMD EPYC (avx2 fma avx512f ...), CPU kernels: gemm avx2, attention avx512 (...), bf16 GEMMs:
+    avx512_bf16``; the kernels' part is omitted when they aren't loaded (benchmarks load them first)."""
     from paged_engine.attention import ops
 
     model, flags = cpu_model_and_flags()
     text = f"{model} ({' '.join(flags) or 'no AVX2'})"
     if ops.loaded():
         text += f", CPU kernels: {ops.describe_isas(ops.cpu_isas())} (supported: {', '.join(ops.supported_cpu_isas())})"
-    return text
+    return f"{text}, bf16 GEMMs: {bf16_gemm_unit()}"

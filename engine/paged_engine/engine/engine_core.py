@@ -21,6 +21,7 @@ import torch
 
 from paged_engine.attention import get_backend, ops
 from paged_engine.attention.backend import AttentionBackend
+from paged_engine.attention.cpu_info import bf16_gemm_unit
 from paged_engine.attention.cuda import CudaKernelBackend
 from paged_engine.attention.flash import load_flash_attention
 from paged_engine.attention.selection import AttentionShape, KernelBuild, Selection, flash_gap, select
@@ -130,6 +131,9 @@ class EngineCore:
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.cpu_isas = apply_cpu_isa(config.cpu_isa, self.dtype)
+        self.cpu_bf16_gemm = bf16_gemm_unit() if self.device.type == "cpu" else "none"
+        if self.device.type == "cpu":
+            logger.info("bf16 GEMMs (oneDNN) run on: %s", self.cpu_bf16_gemm)
         if self.device.type == "cpu":
             keep_freed_memory()
         model, hf_config = load_hf_model(self.model_folder, dtype=self.dtype, device=self.device)
@@ -348,6 +352,7 @@ class EngineCore:
             "attention_backend": self.runner.backend.name, "attention_fallback": self.attention.reason or "",
             "prefill_attention": self.prefill_attention, "cuda_graphs": "off" if self.graphs_off is not None else "on",
             "cpu_isa_gemm": self.cpu_isas["gemm"], "cpu_isa_attention": self.cpu_isas["attention"],
+            "cpu_bf16_gemm": self.cpu_bf16_gemm,
             "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
             "vocab_size": self.limits.vocab_size, "max_logprobs": self.limits.max_logprobs,
             "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
