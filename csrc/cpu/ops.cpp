@@ -286,7 +286,7 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
   // Rows go through in chunks whose strips (rows x k floats) stay in L2 while every panel goes by: 512 rows at
   // once ran at half the speed of two chunks of 256 (each re-streaming the weight), and at k = 2048 a chunk of
   // 256 rows (2 MiB of strips) no longer fit next to the tile.
-  const int64_t kRowChunk = std::clamp<int64_t>((int64_t{1} << 18) / std::max<int64_t>(k, 1), 48, 256);
+  const int64_t row_chunk = std::clamp<int64_t>((int64_t{1} << 18) / std::max<int64_t>(k, 1), 48, 256);
   const bool wide = cpu::active_isa(cpu::Kernel::kGemm) == cpu::Isa::kAvx512;
 #if PAGED_X86
   const int strip_rows = wide ? cpu::avx512::kStripRows : cpu::kStripRows;
@@ -295,10 +295,10 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
   const int strip_rows = cpu::kStripRows;
   const auto tile_floats = cpu::tile_floats;
 #endif
-  const int64_t chunk_rows = std::min(m, kRowChunk);
+  const int64_t chunk_rows = std::min(m, row_chunk);
   std::vector<float> strips((chunk_rows + strip_rows - 1) / strip_rows * strip_rows * k);
-  for (int64_t row0 = 0; row0 < m; row0 += kRowChunk) {
-    const int64_t rows = std::min(kRowChunk, m - row0);
+  for (int64_t row0 = 0; row0 < m; row0 += row_chunk) {
+    const int64_t rows = std::min(row_chunk, m - row0);
     cpu::pack_strips(input.const_data_ptr<float>() + row0 * input.stride(0), input.stride(0), rows, k, strips.data(),
                      strip_rows);
     const int64_t tile_vectors = tile_floats(rows) / 8;
