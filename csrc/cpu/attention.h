@@ -5,7 +5,8 @@
 // that shares the kv head (GQA/MQA), so each K/V row is loaded once for all of them. Long contexts with too
 // little other parallelism (decode at small batch) are split over the keys; their partial softmax states are
 // merged by a second pass, as in flash-decoding. Torch-free: the caller supplies raw pointers and threads.
-// The inner kernels (attention_kernels.inc) exist once per instruction set; planning and merging are shared.
+// The inner kernels (attention_kernels.inc) exist once per instruction set, plus an AMX variant for bf16 caches
+// (attention_amx.h); planning and merging are shared.
 #pragma once
 
 #include <algorithm>
@@ -75,14 +76,14 @@ inline int32_t window_start(int32_t pos, int sliding_window) {
   return sliding_window > 0 ? std::max(0, pos - sliding_window + 1) : 0;
 }
 
-// Cuts the batch into work items, largest first so a dynamic scheduler balances them (LPT order).
-// Inputs are assumed validated: 0 <= q_len <= seq_len for every sequence.
+// Cuts the batch into work items of about `tile_rows` query rows, largest first so a dynamic scheduler balances
+// them (LPT order). Inputs are assumed validated: 0 <= q_len <= seq_len for every sequence.
 inline AttentionPlan plan_attention(int num_seqs, const int32_t* query_start_loc, const int32_t* seq_lens,
                                     int num_heads, int num_kv_heads, int block_size, int sliding_window,
-                                    int num_threads) {
+                                    int num_threads, int tile_rows = kTileRows) {
   AttentionPlan plan;
   const int group = num_heads / num_kv_heads;
-  const int q_tile = std::max(1, kTileRows / group);
+  const int q_tile = std::max(1, tile_rows / group);
   std::vector<WorkItem> tiles;
   for (int s = 0; s < num_seqs; ++s) {
     const int32_t q_len = query_start_loc[s + 1] - query_start_loc[s];

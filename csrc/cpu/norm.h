@@ -10,49 +10,36 @@
 #include <cmath>
 #include <cstdint>
 
+#include "isa.h"
+#include "simd.h"
 #include "vec.h"
 
 namespace paged::cpu {
 
-// One row of d values (contiguous) into `dst`; T is float or bf16_t for x, w and dst alike.
+namespace baseline_norm {
+using Simd = BaselineSimd;
+using reg = Simd::reg;
+#include "norm_kernels.inc"
+}  // namespace baseline_norm
+
+#if PAGED_X86
+PAGED_BEGIN_AVX512_REGION
+namespace avx512_norm {
+using Simd = Avx512Simd;
+using reg = Simd::reg;
+#include "norm_kernels.inc"
+}  // namespace avx512_norm
+PAGED_END_AVX512_REGION
+#endif
+
+// One row, in AVX-512 where `isa` allows it.
 template <typename T>
-inline void rms_norm_row(const T* x, const T* w, T* dst, int64_t d, float eps, float offset) {
-  int64_t i = 0;
-  float sum = 0.0f;
-#if PAGED_AVX2
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-  for (; i + 16 <= d; i += 16) {
-    const __m256 a = load8(x + i), b = load8(x + i + 8);
-    acc0 = _mm256_fmadd_ps(a, a, acc0);
-    acc1 = _mm256_fmadd_ps(b, b, acc1);
-  }
-  for (; i + 8 <= d; i += 8) {
-    const __m256 a = load8(x + i);
-    acc0 = _mm256_fmadd_ps(a, a, acc0);
-  }
-  sum = hsum(_mm256_add_ps(acc0, acc1));
+inline void rms_norm_row(const T* x, const T* w, T* dst, int64_t d, float eps, float offset, Isa isa) {
+#if PAGED_X86
+  if (isa >= Isa::kAvx512) return avx512_norm::rms_norm_row(x, w, dst, d, eps, offset);
 #endif
-  for (; i < d; ++i) sum += to_float(x[i]) * to_float(x[i]);
-  const float inv = 1.0f / std::sqrt(sum / static_cast<float>(d) + eps);
-  i = 0;
-  if (offset != 0.0f) {
-#if PAGED_AVX2
-    const __m256 inv8 = _mm256_set1_ps(inv), offset8 = _mm256_set1_ps(offset);
-    for (; i + 8 <= d; i += 8) {
-      const __m256 scale = _mm256_add_ps(offset8, load8(w + i));
-      store8(_mm256_mul_ps(_mm256_mul_ps(load8(x + i), inv8), scale), dst + i);
-    }
-#endif
-    for (; i < d; ++i) store_float(to_float(x[i]) * inv * (offset + to_float(w[i])), dst + i);
-    return;
-  }
-#if PAGED_AVX2
-  const __m256 inv8 = _mm256_set1_ps(inv);
-  for (; i + 8 <= d; i += 8) {
-    store8(_mm256_mul_ps(round8<T>(_mm256_mul_ps(load8(x + i), inv8)), load8(w + i)), dst + i);
-  }
-#endif
-  for (; i < d; ++i) store_float(round_to<T>(to_float(x[i]) * inv) * to_float(w[i]), dst + i);
+  (void)isa;
+  baseline_norm::rms_norm_row(x, w, dst, d, eps, offset);
 }
 
 }  // namespace paged::cpu

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "activation.h"
 #include "argmax.h"
 #include "attention.h"
+#include "attention_amx.h"
 #include "cache.h"
 #include "candidates.h"
 #include "gemm.h"
@@ -92,24 +95,64 @@ double attention_work(const AttentionDims& d, const int32_t* qsl, const int32_t*
   return keys * static_cast<double>(d.num_heads * d.head_dim * 2);
 }
 
+#if PAGED_X86
+constexpr int kAmxItemRows = cpu::amx::kItemRows;
+// The AMX variant's compile-time conditions: bf16 caches, and heads that split into whole bf16 pairs.
+template <typename T, int D>
+constexpr bool kAmxLayout = std::is_same_v<T, bf16_t> && D % cpu::amx::kPair == 0;
+#else
+constexpr int kAmxItemRows = cpu::kTileRows;
+#endif
+
+// Whether the AMX variant serves this call: bf16 caches, the attention family at AMX, and a layout it takes.
+template <typename T, int D>
+bool amx_attention(const AttentionArgs<T>& args) {
+#if PAGED_X86
+  if constexpr (kAmxLayout<T, D>) {
+    return cpu::active_isa(cpu::Kernel::kAttention) == cpu::Isa::kAmx &&
+           cpu::amx::fits(args.block_size, args.num_heads / args.num_kv_heads, D);
+  }
+#endif
+  return false;
+}
+
 template <typename T, int D>
 void run_attention(const AttentionArgs<T>& args, const AttentionDims& d) {
   const bool small = attention_work(d, args.query_start_loc, args.seq_lens, args.sliding_window) < kParallelMinWork;
   const int threads = small ? 1 : at::get_num_threads();
-  const cpu::AttentionPlan plan =
-      cpu::plan_attention(static_cast<int>(d.num_seqs), args.query_start_loc, args.seq_lens, args.num_heads,
-                          args.num_kv_heads, args.block_size, args.sliding_window, threads);
+  const bool amx = amx_attention<T, D>(args);
+  const cpu::AttentionPlan plan = cpu::plan_attention(
+      static_cast<int>(d.num_seqs), args.query_start_loc, args.seq_lens, args.num_heads, args.num_kv_heads,
+      args.block_size, args.sliding_window, threads, amx ? kAmxItemRows : cpu::kTileRows);
   std::vector<float> partials(plan.num_partials * cpu::partial_slot_floats(plan.max_rows, D));
-  [[maybe_unused]] const bool wide = cpu::active_isa(cpu::Kernel::kAttention) == cpu::Isa::kAvx512;
-  parallel_dynamic(
-      static_cast<int64_t>(plan.items.size()), threads,
-      [&] { return cpu::AttentionScratch(plan.max_rows, D, args.block_size); },
-      [&](int64_t i, cpu::AttentionScratch& scratch) {
+  const int64_t num_items = static_cast<int64_t>(plan.items.size());
+  if (amx) {
 #if PAGED_X86
-        if (wide) return cpu::avx512::attend_item<T, D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
+    if constexpr (kAmxLayout<T, D>) {
+      // Each thread keeps its scratch across calls: a quarter of a megabyte, past malloc's mmap threshold, so a
+      // fresh one per call would fault its pages in every decode step.
+      parallel_dynamic(
+          num_items, threads,
+          [] {
+            thread_local cpu::amx::AmxScratch scratch(D);
+            return std::ref(scratch);
+          },
+          [&](int64_t i, cpu::amx::AmxScratch& scratch) {
+            cpu::amx::attend_item<D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
+          });
+    }
 #endif
-        cpu::baseline::attend_item<T, D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
-      });
+  } else {
+    [[maybe_unused]] const bool wide = cpu::active_isa(cpu::Kernel::kAttention) >= cpu::Isa::kAvx512;
+    parallel_dynamic(
+        num_items, threads, [&] { return cpu::AttentionScratch(plan.max_rows, D, args.block_size); },
+        [&](int64_t i, cpu::AttentionScratch& scratch) {
+#if PAGED_X86
+          if (wide) return cpu::avx512::attend_item<T, D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
+#endif
+          cpu::baseline::attend_item<T, D>(args, plan.items[i], scratch, partials.data(), plan.max_rows);
+        });
+  }
   parallel_dynamic(
       static_cast<int64_t>(plan.splits.size()), threads, [] { return 0; },
       [&](int64_t i, int&) { cpu::combine_split<T, D>(args, plan.splits[i], partials.data(), plan.max_rows); });
@@ -287,7 +330,7 @@ at::Tensor panel_linear_cpu(const at::Tensor& input, const at::Tensor& packed_we
   // once ran at half the speed of two chunks of 256 (each re-streaming the weight), and at k = 2048 a chunk of
   // 256 rows (2 MiB of strips) no longer fit next to the tile.
   const int64_t row_chunk = std::clamp<int64_t>((int64_t{1} << 18) / std::max<int64_t>(k, 1), 48, 256);
-  const bool wide = cpu::active_isa(cpu::Kernel::kGemm) == cpu::Isa::kAvx512;
+  const bool wide = cpu::active_isa(cpu::Kernel::kGemm) >= cpu::Isa::kAvx512;
 #if PAGED_X86
   const int strip_rows = wide ? cpu::avx512::kStripRows : cpu::kStripRows;
   const auto tile_floats = wide ? cpu::avx512::tile_floats : cpu::tile_floats;
@@ -353,8 +396,9 @@ template <cpu::GatedActivation A, typename T>
 void gated_activation_rows_of(const at::Tensor& input, at::Tensor& out, int64_t rows, int64_t d) {
   const T* in = reinterpret_cast<const T*>(input.const_data_ptr());
   T* dst = reinterpret_cast<T*>(out.data_ptr());
+  const cpu::Isa isa = cpu::active_isa(cpu::Kernel::kElementwise);
   at::parallel_for(0, rows, row_grain(d, 1 << 14), [&](int64_t begin, int64_t end) {
-    cpu::gated_activation_rows<A>(in, input.stride(0), dst, out.stride(0), d, begin, end);
+    cpu::gated_activation_rows<A>(in, input.stride(0), dst, out.stride(0), d, begin, end, isa);
   });
 }
 
@@ -393,10 +437,11 @@ void rms_norm_rows(at::Tensor& out, const at::Tensor& input, const at::Tensor& w
   const T* w = reinterpret_cast<const T*>(weight.const_data_ptr());
   T* dst = reinterpret_cast<T*>(out.data_ptr());
   const int64_t rows = input.size(0) * heads;
+  const cpu::Isa isa = cpu::active_isa(cpu::Kernel::kElementwise);
   at::parallel_for(0, rows, row_grain(d, 1 << 14), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* x = in + (r / heads) * token_stride + (r % heads) * head_stride;
-      cpu::rms_norm_row(x, w, dst + r * d, d, static_cast<float>(eps), static_cast<float>(offset));
+      cpu::rms_norm_row(x, w, dst + r * d, d, static_cast<float>(eps), static_cast<float>(offset), isa);
     }
   });
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "isa.h"
 #include "vec.h"
@@ -23,7 +24,14 @@ struct ScalarSimd {
   static reg load(const float* p) { return *p; }
   static reg load(const bf16_t* p) { return to_float(*p); }
   static void store(float* p, reg v) { *p = v; }
+  static void store(bf16_t* p, reg v) { store_float(v, p); }
   static reg add(reg a, reg b) { return a + b; }
+  static reg mul(reg a, reg b) { return a * b; }
+  static reg div(reg a, reg b) { return a / b; }
+  template <typename T>
+  static reg round(reg v) {
+    return round_to<T>(v);
+  }
   static reg sub(reg a, reg b) { return a - b; }
   static reg fma(reg a, reg b, reg c) { return a * b + c; }
   static float hsum(reg v) { return v; }
@@ -39,7 +47,14 @@ struct Avx2Simd {
   static reg load(const float* p) { return load8(p); }
   static reg load(const bf16_t* p) { return load8(p); }
   static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
+  static void store(bf16_t* p, reg v) { store8(v, p); }
   static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  static reg div(reg a, reg b) { return _mm256_div_ps(a, b); }
+  template <typename T>
+  static reg round(reg v) {
+    return round8<T>(v);
+  }
   static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
   static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static float hsum(reg v) { return cpu::hsum(v); }
@@ -62,7 +77,26 @@ struct Avx512Simd {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
   }
   PAGED_TARGET_AVX512 static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  // The bf16 bit patterns of 16 lanes (in the low halves), rounded to nearest even with NaN kept quiet, as
+  // store_float (vec.h) rounds one value.
+  PAGED_TARGET_AVX512 static __m512i bf16_bits(reg v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i bits = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
+    return _mm512_mask_mov_epi32(bits, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+  }
+  PAGED_TARGET_AVX512 static void store(bf16_t* p, reg v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_bits(v)));
+  }
+  // v rounded to T's precision and widened back, as round8 (vec.h).
+  template <typename T>
+  PAGED_TARGET_AVX512 static reg round(reg v) {
+    if constexpr (std::is_same_v<T, float>) return v;
+    return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16));
+  }
   PAGED_TARGET_AVX512 static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  PAGED_TARGET_AVX512 static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+  PAGED_TARGET_AVX512 static reg div(reg a, reg b) { return _mm512_div_ps(a, b); }
   PAGED_TARGET_AVX512 static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
   PAGED_TARGET_AVX512 static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   PAGED_TARGET_AVX512 static float hsum(reg v) { return _mm512_reduce_add_ps(v); }

@@ -67,7 +67,7 @@ def test_bad_settings_are_refused_with_their_name() -> None:
         EngineConfig.from_kwargs(max_num_seqs=0)
     with pytest.raises(ValueError, match="device must be auto, cpu, cuda or cuda:N, got 'tpu'"):
         EngineConfig.from_kwargs(device="tpu")
-    with pytest.raises(ValueError, match="cpu_isa must be auto, avx2 or avx512, got 'sse4'"):
+    with pytest.raises(ValueError, match="cpu_isa must be auto or one of avx2, avx512, amx, got 'sse4'"):
         EngineConfig.from_kwargs(cpu_isa="sse4")
     with pytest.raises(ValueError, match="invalid KV-cache memory '2 gigs'"):
         EngineConfig.from_kwargs(kv_cache_memory="2 gigs")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from paged_engine.attention import ops
+from paged_engine.attention.cpu_info import CPU_ISAS
 
 
 @pytest.fixture(scope="session")
@@ -21,10 +22,10 @@ def restore_cpu_isas(kernels):
         ops.set_cpu_isa(isa, kernel)
 
 
-@pytest.fixture(params=["avx2", "avx512"])
+@pytest.fixture(params=CPU_ISAS)
 def cpu_isa(request, restore_cpu_isas):
-    """Each instruction-set variant of the CPU kernels this machine supports, in turn (AVX2 always), for every
-    kernel family at once."""
+    """Each instruction-set level of the CPU kernels this machine supports, in turn (AVX2 always), for every
+    kernel family at once (a family without a variant at that level runs its highest one below it)."""
     if request.param not in ops.supported_cpu_isas():
         pytest.skip(f"this CPU does not support {request.param}")
     ops.set_cpu_isa(request.param)

@@ -1,6 +1,6 @@
 """``paged::silu_and_mul`` / ``paged::gelu_tanh_and_mul``: equal to torch's ``act(gate) * up`` (Gemma's GELU is
-the tanh approximation), in fp32 and bf16, including vector tails, extreme inputs and strided rows; torch.library
-checks; errors."""
+the tanh approximation), in fp32 and bf16, including vector tails, extreme inputs and strided rows, in every
+instruction-set variant the machine supports; torch.library checks; errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from paged_engine.attention import ops
 
-pytestmark = pytest.mark.usefixtures("kernels")
+pytestmark = pytest.mark.usefixtures("cpu_isa")
 
 TORCH_ACTIVATIONS = {"silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 

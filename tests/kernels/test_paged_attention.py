@@ -1,5 +1,6 @@
 """paged::paged_attention (CPU) against the pure-torch reference on edge cases and randomised batches, in every
-instruction-set variant of the kernels the machine supports."""
+instruction-set variant of the kernels the machine supports, with fp32 and bf16 caches (the AMX variant serves
+bf16 caches only, so every shape is checked in bf16 too)."""
 
 from __future__ import annotations
 
@@ -45,18 +46,22 @@ def assert_matches_reference(batch: PagedBatch) -> None:
         ("mixed prefill and decode", [(50, 50), (81, 1), (200, 1), (64, 7)], -1),
     ],
 )
-def test_edge_cases(name: str, seqs: list[tuple[int, int]], window: int) -> None:
-    assert_matches_reference(make_batch(seqs, sliding_window=window))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_edge_cases(name: str, seqs: list[tuple[int, int]], window: int, dtype: torch.dtype) -> None:
+    assert_matches_reference(make_batch(seqs, sliding_window=window, dtype=dtype))
 
 
 @pytest.mark.parametrize("head_dim", [16, 32, 64, 80, 96, 128, 256])
-@pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 4), (8, 2), (6, 1), (3, 1)])
-def test_head_layouts(head_dim: int, num_heads: int, num_kv_heads: int) -> None:
+@pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 4), (8, 2), (6, 1), (3, 1), (32, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_head_layouts(head_dim: int, num_heads: int, num_kv_heads: int, dtype: torch.dtype) -> None:
+    """Up to 32 query heads per KV head: more rows than one AMX tile holds, which runs the AVX-512 variant."""
     batch = make_batch(
         [(37, 37), (60, 1), (21, 5)],
         num_heads=num_heads,
         num_kv_heads=num_kv_heads,
         head_dim=head_dim,
+        dtype=dtype,
         seed=head_dim + num_heads,
     )
     assert_matches_reference(batch)
@@ -83,14 +88,18 @@ def two_threads():
 
 @pytest.mark.usefixtures("two_threads")
 @pytest.mark.parametrize("window", [-1, 300])
-def test_long_context_split_over_keys(window: int) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_context_split_over_keys(window: int, dtype: torch.dtype) -> None:
     """Few long sequences leave threads idle, so the kernel splits keys into partitions and merges them."""
-    batch = make_batch([(1500, 1), (1100, 9)], num_heads=8, num_kv_heads=1, head_dim=128, sliding_window=window)
+    batch = make_batch(
+        [(1500, 1), (1100, 9)], num_heads=8, num_kv_heads=1, head_dim=128, sliding_window=window, dtype=dtype
+    )
     assert_matches_reference(batch)
 
 
-def test_block_size_not_a_power_of_two() -> None:
-    assert_matches_reference(make_batch([(40, 6), (7, 7)], block_size=5, seed=4))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_block_size_not_a_power_of_two(dtype: torch.dtype) -> None:
+    assert_matches_reference(make_batch([(40, 6), (7, 7)], block_size=5, seed=4, dtype=dtype))
 
 
 def test_padding_rows_and_strided_query_are_respected() -> None:

@@ -46,9 +46,17 @@ def test_every_cpu_reports_avx2_and_the_cap_never_exceeds_the_cpu(restore_cpu_is
     assert ops.cap_cpu_isa("avx2") == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, "avx2")
     assert ops.cap_cpu_isa("avx512") == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, best)
     assert set(ops.cap_cpu_isa("auto").values()) <= set(supported)  # per family, the faster (test_isa_tune.py)
-    with pytest.raises(ValueError, match="choose auto, avx2, avx512"):
+    # Only the attention over bf16 caches has an AMX variant: the rest stop at AVX-512.
+    assert ops.cap_cpu_isa("amx") == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, best)
+    if "amx" in supported:
+        assert ops.cap_cpu_isa("amx", torch.bfloat16) == {"gemm": "avx512", "attention": "amx", "elementwise": "avx512"}
+    else:
+        assert ops.cap_cpu_isa("amx", torch.bfloat16) == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, best)
+        with pytest.raises(RuntimeError, match="does not support amx"):
+            ops.set_cpu_isa("amx", "attention")
+    with pytest.raises(ValueError, match="choose auto, avx2, avx512, amx"):
         ops.cap_cpu_isa("sse2")
-    with pytest.raises(RuntimeError, match="unknown kernel family 'norm'; choose gemm or attention"):
+    with pytest.raises(RuntimeError, match="unknown kernel family 'norm'; choose gemm, attention or elementwise"):
         ops.set_cpu_isa("avx2", "norm")
     if "avx512" not in supported:
         with pytest.raises(RuntimeError, match="does not support avx512"):
@@ -61,7 +69,7 @@ def test_each_kernel_family_keeps_its_own_variant():
         pytest.skip("one variant only (AVX2) on this CPU: there is no second variant for a family to differ by")
     ops.set_cpu_isa("avx2")
     ops.set_cpu_isa("avx512", "attention")
-    assert ops.cpu_isas() == {"gemm": "avx2", "attention": "avx512"}
+    assert ops.cpu_isas() == {"gemm": "avx2", "attention": "avx512", "elementwise": "avx2"}
 
 
 def test_opcheck():

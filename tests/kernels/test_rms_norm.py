@@ -1,5 +1,6 @@
 """``paged::rms_norm``: equal to the torch RMSNorm the models use (plain and Gemma's ``1 + w``, fp32 and bf16), on
-rows and on per-head views of a fused QKV output; torch.library checks; errors that name the argument."""
+rows and on per-head views of a fused QKV output, in every instruction-set variant the machine supports;
+torch.library checks; errors that name the argument."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from paged_engine.attention import ops
 from paged_engine.models.layers import RMSNorm
 
-pytestmark = pytest.mark.usefixtures("kernels")
+pytestmark = pytest.mark.usefixtures("cpu_isa")
 
 
 def torch_norm(dim: int, offset: float, seed: int) -> RMSNorm:

@@ -7,6 +7,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+CPU_ISAS = ("avx2", "avx512", "amx")  # the CPU kernels' instruction-set levels, in increasing order (csrc/cpu/isa.h)
+
+
+def family_levels(family: str, dtype_name: str) -> tuple[str, ...]:
+    """The levels at which a CPU kernel family has a variant of its own, for a model of ``dtype_name``: AMX
+    multiplies bf16 matrices only, so only the attention over bf16 caches has an AMX variant (the kernels run
+    their AVX-512 one at any higher level, which reporting ``amx`` would misname)."""
+    return CPU_ISAS if family == "attention" and dtype_name == "bfloat16" else CPU_ISAS[:2]
+
+
 FLAGS_OF_INTEREST = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_bf16",
                      "amx_int8")  # fmt: skip
 

@@ -5,10 +5,13 @@ Wider vectors are not faster everywhere, nor for every kernel alike: AVX-512 dou
 instruction, which pays on CPUs with two 512-bit FMA pipes, while Zen 4 issues each 512-bit FMA as two halves, so
 there its panel GEMM variants tie while its attention (more shuffles and reductions per byte) gains from the
 wider registers. So ``auto`` times each family's variants, alternating them, on the shapes where serving spends
-its time: the panel GEMM on a weight larger than the caches at one and 32 rows; the attention at a 16-sequence
-decode step over 512 tokens each (Gemma 3 270M's heads), with the engine's KV dtype. It keeps AVX2 unless the
-wider variant is clearly faster (``fastest``). Each choice is cached per family, CPU model, flags and kernel
-build in ``~/.cache/paged/cpu_tune.json`` (``PAGED_CACHE``), so later starts cost nothing, and logged.
+its time: the panel GEMM on a weight larger than the caches at one and 32 rows (its variants stop at AVX-512);
+the attention at a serving step of 16 sequences, 15 decoding over 512 tokens each and one prefilling a 256-token
+chunk (Gemma 3 270M's heads), with the engine's KV dtype: the AMX variant gains most on the chunk, so a
+decode-only shape would undersell it; the element-wise kernels on a 512-token step's GELU and norms, in the
+model's dtype. It keeps AVX2 unless another variant is clearly faster (``fastest``). Each choice is cached per
+family, CPU model, flags and kernel build in ``~/.cache/paged/cpu_tune.json`` (``PAGED_CACHE``), so later
+starts cost nothing, and logged.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paged_engine.attention._build import CACHE_ROOT
-from paged_engine.attention.cpu_info import cpu_model_and_flags
+from paged_engine.attention.cpu_info import cpu_model_and_flags, family_levels
 
 if TYPE_CHECKING:
     import torch
@@ -68,14 +71,21 @@ def tune_key(kernel_path: Path, family: str) -> str:
 def choose_isas(
     candidates: Sequence[str], kernel_path: Path, kv_dtype: torch.dtype, tune_file: Path = TUNE_FILE
 ) -> dict[str, str]:
-    """The faster of ``candidates`` per kernel family (``{"gemm": ..., "attention": ...}``), from the cache or
-    measured now (and cached)."""
+    """The faster of ``candidates`` per kernel family (``{"gemm": ..., "attention": ..., "elementwise": ...}``),
+    from the cache or measured now (and cached). ``kv_dtype`` is the model's dtype, that of the caches and of the
+    activations the element-wise kernels see."""
     dtype_name = str(kv_dtype).removeprefix("torch.")
+
+    runners = {
+        "gemm": ("gemm", _panel_gemm_runner),
+        "attention": (f"attention-{dtype_name}", lambda: _attention_runner(kv_dtype)),
+        "elementwise": (f"elementwise-{dtype_name}", lambda: _elementwise_runner(kv_dtype)),
+    }
     return {
-        "gemm": choose_isa("gemm", candidates, _panel_gemm_runner, kernel_path, tune_file),
-        "attention": choose_isa(
-            f"attention-{dtype_name}", candidates, lambda: _attention_runner(kv_dtype), kernel_path, tune_file
-        ),
+        family: choose_isa(
+            key, [isa for isa in candidates if isa in family_levels(family, dtype_name)], make, kernel_path, tune_file
+        )
+        for family, (key, make) in runners.items()
     }
 
 
@@ -126,23 +136,43 @@ def _attention_runner(kv_dtype: torch.dtype) -> Callable[[str], None]:
 
     from paged_engine.attention import ops
 
-    seqs, context, block, heads, kv_heads, head_dim = 16, 512, 16, 4, 1, 256
+    seqs, context, chunk, block, heads, kv_heads, head_dim = 16, 512, 256, 16, 4, 1, 256
     gen = torch.Generator().manual_seed(0)
     blocks = seqs * context // block
     shape = (blocks, block, kv_heads, head_dim)
     key_cache = torch.randn(shape, generator=gen).to(kv_dtype)
     value_cache = torch.randn(shape, generator=gen).to(kv_dtype)
     block_tables = torch.randperm(blocks, generator=gen).view(seqs, -1).int()  # scattered, as a pool's are
-    query_start_loc = torch.arange(seqs + 1, dtype=torch.int32)
-    seq_lens = torch.full((seqs,), context, dtype=torch.int32)
-    query = torch.randn(seqs, heads, head_dim, generator=gen).to(kv_dtype)
+    query_lens = torch.tensor([chunk] + [1] * (seqs - 1), dtype=torch.int32)
+    query_start_loc = torch.cat([torch.zeros(1, dtype=torch.int32), query_lens.cumsum(0, dtype=torch.int32)])
+    seq_lens = torch.tensor([chunk] + [context] * (seqs - 1), dtype=torch.int32)
+    query = torch.randn(int(query_lens.sum()), heads, head_dim, generator=gen).to(kv_dtype)
     out = torch.empty_like(query)
 
     def run(isa: str) -> None:
         ops.set_cpu_isa(isa, "attention")
-        for _ in range(4):  # 0.4-1.5 ms a call here: four per sample outweigh a scheduler hiccup
+        for _ in range(4):  # 0.6-1.5 ms a call here: four per sample outweigh a scheduler hiccup
             ops.paged_attention(out, query, key_cache, value_cache, block_tables, query_start_loc, seq_lens,
                                 head_dim**-0.5)  # fmt: skip
+
+    return run
+
+
+def _elementwise_runner(dtype: torch.dtype) -> Callable[[str], None]:
+    import torch
+
+    from paged_engine.attention import ops
+
+    gen = torch.Generator().manual_seed(0)
+    gate_up = torch.randn(512, 2 * 2048, generator=gen).to(dtype)  # a 512-token step of Gemma 3 270M's MLP
+    hidden = torch.randn(512, 640, generator=gen).to(dtype)
+    weight = torch.randn(640, generator=gen).to(dtype)
+
+    def run(isa: str) -> None:
+        ops.set_cpu_isa(isa, "elementwise")
+        ops.gated_activation("gelu_tanh", gate_up)
+        for _ in range(4):  # a layer's four norms
+            ops.rms_norm(hidden, weight, 1e-6, 1.0)
 
     return run
 

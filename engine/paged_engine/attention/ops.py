@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from paged_engine.attention._build import Extension, KernelBuildError, find_or_build
+from paged_engine.attention.cpu_info import CPU_ISAS, family_levels
 
 log = logging.getLogger(__name__)
 
@@ -185,14 +186,13 @@ def panel_linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features:
     return torch.ops.paged.panel_linear(input, packed_weight, out_features)
 
 
-CPU_ISAS = ("avx2", "avx512")  # in increasing order
 # The CPU kernel families with more than one variant, each choosing its own (csrc/cpu/isa.h: Kernel).
-CPU_KERNEL_FAMILIES = ("gemm", "attention")
+CPU_KERNEL_FAMILIES = ("gemm", "attention", "elementwise")
 
 
 def cpu_isas() -> dict[str, str]:
-    """The instruction set each CPU kernel family with variants runs with (``{"gemm": "avx2", "attention":
-    "avx512"}``); the element-wise kernels have only the AVX2 one."""
+    """The instruction set each CPU kernel family runs with (``{"gemm": "avx512", "attention": "amx",
+    "elementwise": "avx512"}``; ``elementwise``: the gated activations and RMSNorm)."""
     return {kernel: torch.ops.paged.cpu_isa(kernel) for kernel in CPU_KERNEL_FAMILIES}
 
 
@@ -202,9 +202,10 @@ def describe_isas(isas: dict[str, str]) -> str:
 
 
 def cap_cpu_isa(level: str, kv_dtype: torch.dtype = torch.float32) -> dict[str, str]:
-    """Run the CPU kernels at ``level`` or the best this CPU supports below it; ``auto`` takes, per kernel
-    family, whichever variant measures faster on this CPU (``isa_tune``; attention with ``kv_dtype`` caches).
-    Returns the variants chosen."""
+    """Run the CPU kernels at ``level`` or the best this CPU supports below it (per family, among the levels it
+    has a variant at for ``kv_dtype`` models: ``family_levels``); ``auto`` takes, per kernel family, whichever
+    variant measures faster on this CPU (``isa_tune``; attention with ``kv_dtype`` caches). Returns the variants
+    chosen."""
     return _cap_cpu_isa(level, load().path, kv_dtype)
 
 
@@ -218,7 +219,11 @@ def _cap_cpu_isa(level: str, kernel_path: Path, kv_dtype: torch.dtype = torch.fl
         for kernel, isa in choose_isas(supported, kernel_path, kv_dtype).items():
             set_cpu_isa(isa, kernel)
     else:
-        set_cpu_isa([isa for isa in supported if CPU_ISAS.index(isa) <= CPU_ISAS.index(level)][-1])
+        dtype_name = str(kv_dtype).removeprefix("torch.")
+        for family in CPU_KERNEL_FAMILIES:
+            levels = family_levels(family, dtype_name)
+            below = [isa for isa in supported if CPU_ISAS.index(isa) <= CPU_ISAS.index(level) and isa in levels]
+            set_cpu_isa(below[-1], family)
     return cpu_isas()
 
 
@@ -227,7 +232,8 @@ def supported_cpu_isas() -> list[str]:
 
 
 def set_cpu_isa(name: str, kernel: str | None = None) -> None:
-    """Switch one kernel family (``gemm``, ``attention``), or all of them, to ``name`` (``avx2`` or ``avx512``);
+    """Switch one kernel family (``gemm``, ``attention``, ``elementwise``), or all of them, to ``name`` (``avx2``,
+    ``avx512`` or ``amx``), or to the family's highest variant below it (only the attention has an ``amx`` one);
     refused when this CPU lacks it."""
     for family in [kernel] if kernel else CPU_KERNEL_FAMILIES:
         torch.ops.paged.set_cpu_isa(name, family)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from paged_engine.attention.cpu_info import CPU_ISAS
 from paged_engine.attention.selection import BACKENDS
 from paged_engine.core.scheduler_config import SchedulerConfig
 from paged_engine.lora.registry import LoraModule, parse_lora_module
@@ -87,8 +88,8 @@ class EngineConfig:
     )  # fmt: skip
     cpu_isa: str = _setting(
         "auto", "instruction set of the CPU kernels: auto (per kernel family, the variant that measures faster on"
-        " this CPU, timed once and cached) or a cap (avx2, avx512)",
-        env="PAGED_CPU_ISA", choices=("auto", "avx2", "avx512"),
+        " this CPU, timed once and cached) or a cap (avx2, avx512, amx)",
+        env="PAGED_CPU_ISA", choices=("auto", *CPU_ISAS),
     )  # fmt: skip
     block_size: int = _setting(16, "tokens per KV-cache block")
     kv_cache_memory: int | float = _setting(
@@ -124,8 +125,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.greedy_head not in GREEDY_HEADS:
             raise ValueError(f"greedy_head must be one of {', '.join(GREEDY_HEADS)}, got {self.greedy_head!r}")
-        if self.cpu_isa not in ("auto", "avx2", "avx512"):
-            raise ValueError(f"cpu_isa must be auto, avx2 or avx512, got {self.cpu_isa!r}")
+        if self.cpu_isa not in ("auto", *CPU_ISAS):
+            raise ValueError(f"cpu_isa must be auto or one of {', '.join(CPU_ISAS)}, got {self.cpu_isa!r}")
         if not 1 <= self.block_size <= 1024:
             raise ValueError(f"block_size must be in [1, 1024], got {self.block_size}")
         self.kv_cache_memory = parse_memory(self.kv_cache_memory)

@@ -352,6 +352,7 @@ class EngineCore:
             "attention_backend": self.runner.backend.name, "attention_fallback": self.attention.reason or "",
             "prefill_attention": self.prefill_attention, "cuda_graphs": "off" if self.graphs_off is not None else "on",
             "cpu_isa_gemm": self.cpu_isas["gemm"], "cpu_isa_attention": self.cpu_isas["attention"],
+            "cpu_isa_elementwise": self.cpu_isas["elementwise"],
             "cpu_bf16_gemm": self.cpu_bf16_gemm,
             "gemm_backend": self.gemm_backend, "dtype": str(self.dtype).removeprefix("torch."),
             "vocab_size": self.limits.vocab_size, "max_logprobs": self.limits.max_logprobs,

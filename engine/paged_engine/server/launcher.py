@@ -43,7 +43,8 @@ INFO_LABELS = {
     "device": "device", "dtype": "dtype", "attention_backend": "attention_backend",
     "attention_fallback": "attention_fallback", "gemm_backend": "gemm_backend", "num_kv_blocks": "num_blocks",
     "block_size": "block_size", "prefill_attention": "prefill_attention", "cuda_graphs": "cuda_graphs",
-    "cpu_isa_gemm": "cpu_isa_gemm", "cpu_isa_attention": "cpu_isa_attention", "cpu_bf16_gemm": "cpu_bf16_gemm",
+    "cpu_isa_gemm": "cpu_isa_gemm", "cpu_isa_attention": "cpu_isa_attention",
+    "cpu_isa_elementwise": "cpu_isa_elementwise", "cpu_bf16_gemm": "cpu_bf16_gemm",
 }  # fmt: skip
 
 
