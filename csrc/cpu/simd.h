@@ -101,21 +101,17 @@ struct Avx512Simd {
   PAGED_TARGET_AVX512 static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   PAGED_TARGET_AVX512 static float hsum(reg v) { return _mm512_reduce_add_ps(v); }
 
-  // exp8's method (vec.h) on 16 lanes, with the same constants, so both variants agree to its ~1e-7.
+  // exp8's method and constants (vec.h) on 16 lanes, so both variants agree to its ~1e-7.
   PAGED_TARGET_AVX512 static reg exp(reg x) {
-    const __m512 lo = _mm512_set1_ps(-87.3365447505f);
+    const __m512 lo = _mm512_set1_ps(exp_poly::kLo);
     const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3762626647f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(exp_poly::kHi));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(exp_poly::kLog2e)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    f = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), f);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(exp_poly::kLn2Hi), x);
+    f = _mm512_fnmadd_ps(n, _mm512_set1_ps(exp_poly::kLn2Lo), f);
+    __m512 p = _mm512_set1_ps(exp_poly::kCoeffs[0]);
+    for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(exp_poly::kCoeffs[i]));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(f, f), _mm512_add_ps(f, _mm512_set1_ps(1.0f)));
     const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), _mm512_mul_ps(p, _mm512_castsi512_ps(e)));

@@ -55,6 +55,21 @@ inline float round_to(float v) {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// The vector exp (exp8 below, Avx512Simd::exp in simd.h): exp(x) = 2^n * e^f with x = n*ln2 + f, |f| <= ln2/2
+// (ln2 split in two parts for accuracy), e^f by a degree-6 polynomial (relative error ~1e-7). Inputs below kLo
+// (including -inf from masking) give exactly 0, so masked keys never contribute, even when their value rows hold
+// garbage. Every vector width uses these constants, so the variants agree.
+namespace exp_poly {
+constexpr float kLo = -87.3365447505f;
+constexpr float kHi = 88.3762626647f;
+constexpr float kLog2e = 1.44269504089f;
+constexpr float kLn2Hi = 0.693359375f;
+constexpr float kLn2Lo = -2.12194440e-4f;
+// e^f = 1 + f + f^2 * p(f), p's coefficients from f^5 down to f^0 (Horner order).
+constexpr float kCoeffs[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                              4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+}  // namespace exp_poly
+
 #if PAGED_AVX2
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
@@ -97,24 +112,16 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// exp(x) for 8 lanes: x = n*ln2 + f with |f| <= ln2/2, e^f by a degree-6 polynomial (relative error ~1e-7),
-// then scaled by 2^n through the exponent bits. Inputs below -87.3 (including -inf from masking) give exactly 0,
-// so masked keys never contribute, even when their value rows hold garbage.
 inline __m256 exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.3365447505f);
-  const __m256 hi = _mm256_set1_ps(88.3762626647f);
+  const __m256 lo = _mm256_set1_ps(exp_poly::kLo);
   const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(exp_poly::kHi));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(exp_poly::kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  f = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), f);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 f = _mm256_fnmadd_ps(n, _mm256_set1_ps(exp_poly::kLn2Hi), x);
+  f = _mm256_fnmadd_ps(n, _mm256_set1_ps(exp_poly::kLn2Lo), f);
+  __m256 p = _mm256_set1_ps(exp_poly::kCoeffs[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(exp_poly::kCoeffs[i]));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(f, f), _mm256_add_ps(f, _mm256_set1_ps(1.0f)));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   const __m256 r = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
