@@ -105,7 +105,7 @@ def main() -> None:
         results["vllm-cpu"] = vllm
     print(
         f"workload: {args.num_requests} requests x {args.prompt_len} prompt tokens x {args.output_len} output "
-        f"tokens, greedy, {args.dtype}, {args.threads} threads"
+        f"tokens, greedy, {args.dtype}, {args.threads} threads\nmachine: {results['paged']['cpu']}"
     )
     print(f"{'engine':<14}{'time s':>9}{'output tok/s':>14}{'total tok/s':>13}{'peak RSS MiB':>14}{'paged / this':>14}")
     paged_rate = results["paged"]["output_tokens"] / results["paged"]["elapsed"]
