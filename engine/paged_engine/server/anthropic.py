@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Annotated, Any, Literal
 
 from paged_engine.output_processor import ChoiceState
@@ -207,7 +207,7 @@ class MessagesServing:
 
     async def stream(
         self, chat: ChatCompletionRequest, prompts: list[list[int]], params: list[Any]
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         def event(name: str, data: dict[str, Any]) -> str:
             return f"event: {name}\ndata: {json.dumps({'type': name, **data}, ensure_ascii=False)}\n\n"
 

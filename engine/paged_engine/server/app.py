@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Query, Request, Response
@@ -33,6 +34,23 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def event_stream(chunks: AsyncGenerator[str, None], metrics: EngineMetrics) -> StreamingResponse:
+    """A server-sent-events response that times each chunk's write as the step-time breakdown's ``http`` phase.
+
+    Starlette encodes and sends a chunk before it asks for the next one, so the time between a yield and the
+    generator's resumption is that write (a client that reads slowly shows up here). Closing the response closes
+    ``chunks`` at once, so a disconnect still aborts the request's engine work."""
+
+    async def timed() -> AsyncIterator[str]:
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                started = time.perf_counter()
+                yield chunk
+                metrics.observe_phase("http", time.perf_counter() - started)
+
+    return StreamingResponse(timed(), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 class LoraLoad(BaseModel):
@@ -158,8 +176,7 @@ def build_app(
         serving = state.ready_serving()
         if body.stream:
             prompts, params = serving.prepare_completion(body)
-            return StreamingResponse(serving.completion_stream(body, prompts, params),
-                                     media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
+            return event_stream(serving.completion_stream(body, prompts, params), metrics)
         return await _until_disconnect(request, serving.completion(body))
 
     @app.post("/v1/chat/completions", dependencies=[api_auth])
@@ -167,8 +184,7 @@ def build_app(
         serving = state.ready_serving()
         if body.stream:
             prompts, params = serving.prepare_chat(body)
-            return StreamingResponse(serving.chat_stream(body, prompts, params),
-                                     media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
+            return event_stream(serving.chat_stream(body, prompts, params), metrics)
         return await _until_disconnect(request, serving.chat(body))
 
     # ---- Anthropic Messages API ----
@@ -178,8 +194,7 @@ def build_app(
         anthropic = MessagesServing(state.ready_serving())
         if body.stream:
             chat, prompts, params = anthropic.prepare(body)
-            return StreamingResponse(anthropic.stream(chat, prompts, params), media_type="text/event-stream",
-                                     headers=SSE_HEADERS)  # fmt: skip
+            return event_stream(anthropic.stream(chat, prompts, params), metrics)
         return await _until_disconnect(request, anthropic.message(body))
 
     @app.post("/tokenize", dependencies=[api_auth])

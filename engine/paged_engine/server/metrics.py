@@ -75,7 +75,8 @@ class EngineMetrics:
         self.iteration_tokens = histogram("paged_iteration_tokens", "Tokens computed per engine step.", _TOKEN_BUCKETS)
         self.step_phase = Histogram(
             "paged_step_phase_seconds", "Time per engine step (or, for server phases, per call) by phase: schedule, "
-            "prepare, model, attention, sample, update in the engine core; ipc_decode and detokenize in the server.",
+            "prepare, model, attention, sample, update in the engine core; ipc_decode, detokenize and http (writing a "
+            "streamed chunk) in the server.",
             ["model_name", "phase"], buckets=_PHASE_BUCKETS, registry=r,
         )  # fmt: skip
         self.lora_requests = Counter(

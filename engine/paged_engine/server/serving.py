@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from paged_engine.core import RequestValidationError
@@ -294,7 +294,7 @@ class Serving:
 
     def completion_stream(
         self, body: CompletionRequest, prompts: list[list[int]], params: list[SamplingParams]
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         offsets: dict[int, int] = {}  # text_offset of each choice's next token
         # With echo, a choice's first chunk starts with its prompt: by then the prompt's logprobs (computed with
         # the prompt, possibly over several steps) have all arrived.
@@ -328,7 +328,7 @@ class Serving:
         params: list[SamplingParams],
         opening: list[dict[str, Any]],
         payload: Callable[[ChoiceUpdate], dict[str, Any]],
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """Server-sent events for one request: ``opening`` chunks, one chunk per update, the usage chunk when
         ``stream_options.include_usage`` asks for it (``usage`` is null in every other chunk), then ``[DONE]``."""
         created, model = now(), self.response_model(body.model)
@@ -452,7 +452,7 @@ class Serving:
 
     def chat_stream(
         self, body: ChatCompletionRequest, prompts: list[list[int]], params: list[SamplingParams]
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         opening = [{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
                    for i in range(params[0].n)]  # fmt: skip
         plan = self.tool_plan(body)

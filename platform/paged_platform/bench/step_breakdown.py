@@ -2,8 +2,8 @@
 between two scrapes of ``/metrics``, as milliseconds per step and shares of the engine core's step.
 
 Engine-core phases (schedule, prepare, model, attention, sample, update) are observed once per step, so their
-sums add up to the step; server phases (ipc_decode per step, detokenize per request output) run in the API
-process, concurrently with the next step, and are shown per step for scale.
+sums add up to the step; server phases (ipc_decode per step, detokenize per request output, http per streamed
+chunk written) run in the API process, concurrently with the next step, and are shown per step for scale.
 """
 
 from __future__ import annotations
