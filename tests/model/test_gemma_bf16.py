@@ -6,7 +6,9 @@ The measure is the mean KL divergence from fp32, not top-1 agreement alone. Top-
 moves by several positions with how the rows are batched: on an AMX Xeon, our bf16 agreed with fp32 at 98.6 %
 prompt by prompt and 97.8 % with the four prompts in one batch (oneDNN blocks the GEMMs differently), against
 transformers' 98.4 %, while the KL divergence stayed at 1.08-1.11x transformers' in both (1.19x with the
-attention capped to AVX2). Transformers' own bf16 agrees with its fp32 at 98.1-98.4 % (Zen 4, the AMX Xeon), so
+attention capped to AVX2). On an AVX2-only Zen 3 the FMA attention kernels, which then kept the softmax
+probabilities in fp32 for the value product, measured 1.38x; rounded to bf16 there, as transformers' SDPA and our
+AMX variant round them, 1.03x. Transformers' own bf16 agrees with its fp32 at 98.1-98.4 % (Zen 4, the AMX Xeon), so
 no bf16 path that rounds differently inside its GEMMs reaches 99 % against it, and ``--dtype auto`` keeps fp32 on
 the CPU (docs/benchmarks.md). Top-1 agreement is still held to a floor against both references.
 """
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.gemma
 
 PROMPT_TOKENS = 256
 NUM_PROMPTS = 4
-KL_RATIO = 1.3  # ours may be this much further from fp32 than transformers' bf16 (measured: 1.08-1.19x)
+KL_RATIO = 1.3  # ours may be this much further from fp32 than transformers' bf16 (measured: 0.87-1.19x)
 TOP1_FLOOR = 0.97
 
 
