@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 
 CPU_ISAS = ("avx2", "avx512", "amx")  # the CPU kernels' instruction-set levels, in increasing order (csrc/cpu/isa.h)
+# The CPU kernel families with more than one variant, each choosing its own (csrc/cpu/isa.h: Kernel).
+CPU_KERNEL_FAMILIES = ("gemm", "attention", "elementwise")
 
 
 def family_levels(family: str, dtype_name: str) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from paged_engine.attention._build import Extension, KernelBuildError, find_or_build
-from paged_engine.attention.cpu_info import CPU_ISAS, family_levels
+from paged_engine.attention.cpu_info import CPU_ISAS, CPU_KERNEL_FAMILIES, family_levels
 
 log = logging.getLogger(__name__)
 
@@ -184,10 +184,6 @@ def panel_linear(input: torch.Tensor, packed_weight: torch.Tensor, out_features:
     """``input @ weight.T`` ``[rows, out_features]`` for a weight packed by :func:`pack_linear_weight` (CPU, fp32).
     Built for few rows against a very wide weight: the LM head."""
     return torch.ops.paged.panel_linear(input, packed_weight, out_features)
-
-
-# The CPU kernel families with more than one variant, each choosing its own (csrc/cpu/isa.h: Kernel).
-CPU_KERNEL_FAMILIES = ("gemm", "attention", "elementwise")
 
 
 def cpu_isas() -> dict[str, str]:

@@ -22,6 +22,7 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
+from paged_engine.attention.cpu_info import CPU_KERNEL_FAMILIES
 from paged_engine.cli import served_model_name
 from paged_engine.engine.config import EngineConfig
 from paged_engine.engine.core_proc import CoreProcAddresses, run_engine_core
@@ -43,8 +44,7 @@ INFO_LABELS = {
     "device": "device", "dtype": "dtype", "attention_backend": "attention_backend",
     "attention_fallback": "attention_fallback", "gemm_backend": "gemm_backend", "num_kv_blocks": "num_blocks",
     "block_size": "block_size", "prefill_attention": "prefill_attention", "cuda_graphs": "cuda_graphs",
-    "cpu_isa_gemm": "cpu_isa_gemm", "cpu_isa_attention": "cpu_isa_attention",
-    "cpu_isa_elementwise": "cpu_isa_elementwise", "cpu_bf16_gemm": "cpu_bf16_gemm",
+    "cpu_bf16_gemm": "cpu_bf16_gemm", **{f"cpu_isa_{family}": f"cpu_isa_{family}" for family in CPU_KERNEL_FAMILIES},
 }  # fmt: skip
 
 
