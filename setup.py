@@ -5,7 +5,7 @@ Metadata lives in pyproject.toml; this file only adds the extension, and only wh
     PAGED_BUILD_KERNELS=1 pip install --no-build-isolation -e .
 
 (``--no-build-isolation`` so the build uses the installed torch instead of downloading another one.) Without the
-variable nothing is compiled here and the kernels are JIT-built on first use (paged_engine/attention/_build.py).
+variable nothing is compiled here and the kernels are JIT-built on first use (paged_engine/kernels/build.py).
 The extension is optional: if it fails to compile, the install still succeeds and the engine falls back to the
 JIT build, or to the torch reference backend where no compiler exists, logging why. The CUDA kernels are added
 where torch has CUDA and a toolkit is found; PAGED_CUDA_ARCH picks the GPU architectures (default 90).
@@ -33,7 +33,7 @@ def _kernel_extensions() -> dict:
         print("[paged] PAGED_BUILD_KERNELS=1 but torch is not importable here (use --no-build-isolation); "
               "the kernels will be JIT-built on first use")  # fmt: skip
         return {}
-    spec = importlib.util.spec_from_file_location("_paged_build", ROOT / "engine/paged_engine/attention/_build.py")
+    spec = importlib.util.spec_from_file_location("_paged_build", ROOT / "engine/paged_engine/kernels/build.py")
     build = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = build  # dataclasses look their module up while the file executes
     spec.loader.exec_module(build)

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 
 import torch
-from paged_engine.attention import ops
-from paged_engine.attention.cpu_info import describe_cpu
 from paged_engine.attention.reference import TorchReferenceBackend
+from paged_engine.kernels import ops
+from paged_engine.kernels.cpu_isa import cap_cpu_isa, describe_cpu
 
 
 def make_inputs(num_seqs: int, context: int, q_len: int, args: argparse.Namespace) -> tuple:
@@ -132,7 +132,7 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    ops.cap_cpu_isa("auto", args.dtype)  # the variants serving would pick, for the header line
+    cap_cpu_isa("auto", args.dtype)  # the variants serving would pick, for the header line
     machine = describe_cpu()
 
     budget = 0.2 if args.quick else 1.0

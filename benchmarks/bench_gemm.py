@@ -22,8 +22,8 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from paged_engine.attention import ops
-from paged_engine.attention.cpu_info import describe_cpu
+from paged_engine.kernels import ops
+from paged_engine.kernels.cpu_isa import cap_cpu_isa, describe_cpu
 from paged_engine.models.cpu_gemm import OneDNNLinear, PanelLinear
 from paged_engine.worker.cpu_malloc import keep_freed_memory
 
@@ -61,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     keep_freed_memory()
     torch.set_num_threads(args.threads)
-    ops.load()
+    cap_cpu_isa("auto")  # the variants serving would pick, for the header line
     isas = ops.supported_cpu_isas()
     print(describe_cpu())
     print(f"GFLOP/s, median of {args.repeats} alternating calls, {args.threads} threads, fp32; the panel kernel in "
@@ -86,7 +86,6 @@ def main() -> None:
             if len(isas) > 1:
                 line += f"{t['panel-avx2'] / t['panel-avx512']:>13.2f}x"
             print(line)
-    ops.cap_cpu_isa("auto")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from paged_engine.core import KVCacheConfig, Request, Scheduler, SchedulerConfig
-from paged_engine.core.outputs import ModelRunnerOutput, SchedulerOutput
+from paged_engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from paged_engine.sampling_params import SamplingParams
 from paged_platform.bench.datasets import sharegpt_lengths
 

@@ -59,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from paged_engine import LLM
-    from paged_engine.attention.cpu_info import describe_cpu
+    from paged_engine.kernels.cpu_isa import describe_cpu
     from paged_engine.loader.default_model import resolve_model
     from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder
 

@@ -155,7 +155,7 @@ def run_engine(args: argparse.Namespace) -> dict:
     outputs = llm.generate(prompts, params(args.output_len))
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     generated = sum(len(o.outputs[0].token_ids) for o in outputs)
-    from paged_engine.attention.cpu_info import describe_cpu
+    from paged_engine.kernels.cpu_isa import describe_cpu
 
     return {"elapsed": elapsed, "cpu_s": cpu, "output_tokens": generated, "prompt_tokens": sum(map(len, prompts)),
             "cpu": describe_cpu()}  # fmt: skip

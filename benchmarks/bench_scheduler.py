@@ -19,7 +19,7 @@ import time
 from paged_engine.core import KVCacheConfig, Request, Scheduler, SchedulerConfig
 from paged_engine.core.block_hash import BlockHasher
 from paged_engine.core.block_pool import BlockPool
-from paged_engine.core.outputs import ModelRunnerOutput, SchedulerOutput
+from paged_engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from paged_engine.sampling_params import SamplingParams
 
 BLOCK_SIZE = 16

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-from paged_engine.attention.cpu_info import describe_cpu
+from paged_engine.kernels.cpu_isa import describe_cpu
 from paged_platform.bench.step_breakdown import PhaseRow, breakdown, format_breakdown, scrape_phases
 from prometheus_client.parser import text_string_to_metric_families
 

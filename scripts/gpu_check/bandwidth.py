@@ -40,8 +40,8 @@ def copy_rate_gbs() -> float:
 def measure(shape: tuple[int, int, int], batch: int, context: int, flash_varlen) -> tuple[float, float | None]:
     """GB/s of K/V read by one decode call: our kernel, and FlashAttention 4 when given."""
     import torch
-    from paged_engine.attention import ops
     from paged_engine.attention.flash import flash_prefill
+    from paged_engine.kernels import ops
 
     heads, kv_heads, head_dim = shape
     blocks = math.ceil(context / BLOCK)

@@ -11,7 +11,7 @@ from common import ensure_model, parser, write_result
 
 def main() -> None:
     args = parser(__doc__.split("\n\n")[0]).parse_args()
-    from paged_engine.attention import ops
+    from paged_engine.kernels import ops
 
     start = time.perf_counter()
     ext = ops.load()

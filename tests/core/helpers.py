@@ -24,7 +24,7 @@ from paged_engine.core import (
 )
 from paged_engine.core.group_managers import cdiv
 from paged_engine.core.kv_cache_spec import FullAttentionSpec
-from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, SchedulerOutput
+from paged_engine.core.scheduler_output import Logprobs, ModelRunnerOutput, SchedulerOutput
 from paged_engine.sampling_params import SamplingParams
 
 Slot = tuple[int, int]  # (token id, position)

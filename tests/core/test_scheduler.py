@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 from paged_engine.core import FinishReason, RequestStatus, RequestValidationError, SchedulerConfigError
-from paged_engine.core.outputs import ModelRunnerOutput
+from paged_engine.core.scheduler_output import ModelRunnerOutput
 
 from tests.core.helpers import FakeRunner, make_scheduler, new_request, run_until_done, step
 

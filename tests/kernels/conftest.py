@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from paged_engine.attention import ops
-from paged_engine.attention.cpu_info import CPU_ISAS
+from paged_engine.kernels import ops
+from paged_engine.kernels.cpu_features import CPU_ISAS
 
 
 @pytest.fixture(scope="session")

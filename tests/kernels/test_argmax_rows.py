@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 
 pytestmark = pytest.mark.usefixtures("kernels")
 

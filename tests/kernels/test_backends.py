@@ -59,28 +59,28 @@ def test_greedy_generation_matches_the_reference_backend(tiny_folder) -> None:
 
 
 def test_cuda_arch_flags() -> None:
-    from paged_engine.attention import _build
+    from paged_engine.kernels import build
 
-    assert _build.cuda_arch_flags("90") == ["-gencode=arch=compute_90,code=sm_90"]
-    assert _build.cuda_arch_flags("8.0;90a") == [
+    assert build.cuda_arch_flags("90") == ["-gencode=arch=compute_90,code=sm_90"]
+    assert build.cuda_arch_flags("8.0;90a") == [
         "-gencode=arch=compute_80,code=sm_80",
         "-gencode=arch=compute_90a,code=sm_90a",
     ]
-    with pytest.raises(_build.KernelBuildError, match=r"PAGED_CUDA_ARCH entry 'hopper' is not an SM version"):
-        _build.cuda_arch_flags("hopper")
+    with pytest.raises(build.KernelBuildError, match=r"PAGED_CUDA_ARCH entry 'hopper' is not an SM version"):
+        build.cuda_arch_flags("hopper")
 
 
 def test_jit_build_without_a_compiler_is_a_clear_error(monkeypatch) -> None:
-    from paged_engine.attention import _build
+    from paged_engine.kernels import build
 
     monkeypatch.setenv("CXX", "no-such-compiler-for-paged")
-    with pytest.raises(_build.KernelBuildError, match=r"no C\+\+ compiler \(c\+\+ or \$CXX\) on PATH"):
-        _build._jit_build(with_cuda=False)
+    with pytest.raises(build.KernelBuildError, match=r"no C\+\+ compiler \(c\+\+ or \$CXX\) on PATH"):
+        build._jit_build(with_cuda=False)
 
 
 def test_jit_build_without_sources_is_a_clear_error(monkeypatch, tmp_path) -> None:
-    from paged_engine.attention import _build
+    from paged_engine.kernels import build
 
-    monkeypatch.setattr(_build, "CSRC", tmp_path)
-    with pytest.raises(_build.KernelBuildError, match=r"kernel sources not found under .* \(set PAGED_CSRC\)"):
-        _build._jit_build(with_cuda=False)
+    monkeypatch.setattr(build, "CSRC", tmp_path)
+    with pytest.raises(build.KernelBuildError, match=r"kernel sources not found under .* \(set PAGED_CSRC\)"):
+        build._jit_build(with_cuda=False)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from paged_engine.attention.cpu_info import bf16_gemm_unit
+from paged_engine.kernels.cpu_isa import bf16_gemm_unit
 
 LINEAR = """
 import torch

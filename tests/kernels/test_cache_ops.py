@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 
 from . import reference
 

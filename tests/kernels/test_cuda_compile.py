@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from paged_engine.attention import _build
+from paged_engine.kernels import build
 from torch.utils import cpp_extension
 
 ARCH = "90"
 
 
-CUDA_HOME = _build.find_cuda_home()
+CUDA_HOME = build.find_cuda_home()
 NVCC = None if CUDA_HOME is None else CUDA_HOME / "bin" / "nvcc"
-SOURCES = _build.cuda_sources()
+SOURCES = build.cuda_sources()
 
 
 def nvcc_command(source: Path, output: Path) -> list[str]:
@@ -36,7 +36,7 @@ def nvcc_command(source: Path, output: Path) -> list[str]:
         "-std=c++20",
         "-O3",
         "--use_fast_math",
-        *_build.cuda_arch_flags(ARCH),
+        *build.cuda_arch_flags(ARCH),
         "-Xcompiler",
         "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}",
@@ -49,20 +49,20 @@ def nvcc_command(source: Path, output: Path) -> list[str]:
 def compile_key(source: Path) -> str:
     digest = hashlib.sha256(" ".join(nvcc_command(source, Path("out.o"))).encode())
     digest.update(subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout.encode())
-    for path in [_build.CSRC / "checks.h", *sorted((_build.CSRC / "cuda").iterdir())]:
+    for path in [build.CSRC / "checks.h", *sorted((build.CSRC / "cuda").iterdir())]:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:24]
 
 
 def test_there_are_cuda_sources() -> None:
-    assert SOURCES, f"no .cu files under {_build.CSRC / 'cuda'}"
+    assert SOURCES, f"no .cu files under {build.CSRC / 'cuda'}"
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found: install the dev dependencies (nvidia-cuda-nvcc)")
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
 def test_cu_file_compiles_for_sm90(source: Path, tmp_path: Path) -> None:
-    stamp = _build.CACHE_ROOT / "nvcc-check" / f"{source.stem}-{compile_key(source)}.ok"
+    stamp = build.CACHE_ROOT / "nvcc-check" / f"{source.stem}-{compile_key(source)}.ok"
     if stamp.exists():
         return
     result = subprocess.run(

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_engine.attention import get_backend, ops
+from paged_engine.attention import get_backend
+from paged_engine.kernels import ops
 from paged_engine.loader.hf import load_hf_model
 from paged_engine.worker.kv_cache import plan_kv_cache
 from paged_engine.worker.model_runner import ModelRunner

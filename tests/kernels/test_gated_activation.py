@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 
 pytestmark = pytest.mark.usefixtures("cpu_isa")
 

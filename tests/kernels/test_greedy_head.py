@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 from paged_engine.models.cpu_gemm import PanelLinear
 from paged_engine.models.greedy_head import RescoredGreedyHead, rescored_greedy_unavailable_reason
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 import torch
-from paged_engine.attention import isa_tune, ops
+from paged_engine.kernels import isa_tune, ops
+from paged_engine.kernels.cpu_features import CPU_KERNEL_FAMILIES
 
 pytestmark = pytest.mark.usefixtures("kernels")
 
@@ -39,7 +40,7 @@ def test_choice_is_measured_once_per_family_then_cached(tmp_path, monkeypatch) -
     assert set(cache[isa_tune.tune_key(path, "gemm")]["ms"]) == {"avx2", "avx512"}
     monkeypatch.setattr(isa_tune, "measure", lambda names, run: pytest.fail("measured again despite the cache"))
     assert isa_tune.choose_isas(["avx2", "avx512"], path, torch.bfloat16, tune_file) == choice
-    only_avx2 = dict.fromkeys(ops.CPU_KERNEL_FAMILIES, "avx2")
+    only_avx2 = dict.fromkeys(CPU_KERNEL_FAMILIES, "avx2")
     assert isa_tune.choose_isas(["avx2"], path, torch.float32, tune_file) == only_avx2
 
 
@@ -58,7 +59,7 @@ def test_only_the_bf16_attention_is_timed_on_amx(tmp_path, monkeypatch, dtype) -
         "attention": ["avx2", "avx512", "amx"] if dtype == torch.bfloat16 else ["avx2", "avx512"],
         "elementwise": ["avx2", "avx512"],
     }
-    assert choice == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, "avx2")
+    assert choice == dict.fromkeys(CPU_KERNEL_FAMILIES, "avx2")
 
 
 def test_attention_is_timed_per_kv_dtype(tmp_path, monkeypatch) -> None:

@@ -8,7 +8,7 @@ import random
 
 import pytest
 import torch
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 
 from . import reference
 from .batches import PagedBatch, make_batch

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
+from paged_engine.kernels.cpu_features import CPU_KERNEL_FAMILIES
+from paged_engine.kernels.cpu_isa import cap_cpu_isa
 
 pytestmark = pytest.mark.usefixtures("kernels")
 
@@ -40,22 +42,22 @@ def test_strided_rows_and_multiple_threads(cpu_isa):
 def test_every_cpu_reports_avx2_and_the_cap_never_exceeds_the_cpu(restore_cpu_isas):
     supported = ops.supported_cpu_isas()
     before = restore_cpu_isas
-    assert "avx2" in supported and set(before) == set(ops.CPU_KERNEL_FAMILIES)
+    assert "avx2" in supported and set(before) == set(CPU_KERNEL_FAMILIES)
     assert set(before.values()) <= set(supported)
     best = "avx512" if "avx512" in supported else "avx2"
-    assert ops.cap_cpu_isa("avx2") == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, "avx2")
-    assert ops.cap_cpu_isa("avx512") == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, best)
-    assert set(ops.cap_cpu_isa("auto").values()) <= set(supported)  # per family, the faster (test_isa_tune.py)
+    assert cap_cpu_isa("avx2") == dict.fromkeys(CPU_KERNEL_FAMILIES, "avx2")
+    assert cap_cpu_isa("avx512") == dict.fromkeys(CPU_KERNEL_FAMILIES, best)
+    assert set(cap_cpu_isa("auto").values()) <= set(supported)  # per family, the faster (test_isa_tune.py)
     # Only the attention over bf16 caches has an AMX variant: the rest stop at AVX-512.
-    assert ops.cap_cpu_isa("amx") == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, best)
+    assert cap_cpu_isa("amx") == dict.fromkeys(CPU_KERNEL_FAMILIES, best)
     if "amx" in supported:
-        assert ops.cap_cpu_isa("amx", torch.bfloat16) == {"gemm": "avx512", "attention": "amx", "elementwise": "avx512"}
+        assert cap_cpu_isa("amx", torch.bfloat16) == {"gemm": "avx512", "attention": "amx", "elementwise": "avx512"}
     else:
-        assert ops.cap_cpu_isa("amx", torch.bfloat16) == dict.fromkeys(ops.CPU_KERNEL_FAMILIES, best)
+        assert cap_cpu_isa("amx", torch.bfloat16) == dict.fromkeys(CPU_KERNEL_FAMILIES, best)
         with pytest.raises(RuntimeError, match="does not support amx"):
             ops.set_cpu_isa("amx", "attention")
     with pytest.raises(ValueError, match="choose auto, avx2, avx512, amx"):
-        ops.cap_cpu_isa("sse2")
+        cap_cpu_isa("sse2")
     with pytest.raises(RuntimeError, match="unknown kernel family 'norm'; choose gemm, attention or elementwise"):
         ops.set_cpu_isa("avx2", "norm")
     if "avx512" not in supported:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 
 from . import reference
 from .batches import make_batch

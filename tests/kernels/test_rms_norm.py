@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 from paged_engine.models.layers import RMSNorm
 
 pytestmark = pytest.mark.usefixtures("cpu_isa")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 from paged_engine.models.layers import apply_rope, rope_cos_sin, rope_inv_freq
 
 pytestmark = pytest.mark.usefixtures("kernels")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 from paged_engine.attention import get_backend
-from paged_engine.core.outputs import CachedRequestData, NewRequestData, SchedulerOutput
+from paged_engine.core.scheduler_output import CachedRequestData, NewRequestData, SchedulerOutput
 from paged_engine.loader.hf import load_hf_model
 from paged_engine.sampling_params import SamplingParams
 from paged_engine.worker.kv_cache import plan_kv_cache

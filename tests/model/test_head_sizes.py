@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 from paged_engine import LLM, SamplingParams
-from paged_engine.attention import ops
 from paged_engine.attention.selection import CPU_HEAD_SIZES
+from paged_engine.kernels import ops
 
 from tests.model.tiny_models import VOCAB, save_tiny_tokenizer
 

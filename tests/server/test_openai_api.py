@@ -198,17 +198,18 @@ def test_repeated_prompt_reports_cached_tokens(client: openai.OpenAI, server: Se
 
 
 def test_engine_info_says_what_serves_and_which_cpu_kernel_variants(server: ServerProcess) -> None:
-    from paged_engine.attention import ops
-    from paged_engine.attention.cpu_info import bf16_gemm_unit
+    from paged_engine.kernels import ops
+    from paged_engine.kernels.cpu_features import CPU_KERNEL_FAMILIES
+    from paged_engine.kernels.cpu_isa import bf16_gemm_unit, describe_isas
 
     (info,) = [name for name in scrape(server) if name.startswith("paged_engine_info{")]
     labels = dict(pair.split("=", 1) for pair in info.removeprefix("paged_engine_info{").removesuffix("}").split(","))
     assert labels["dtype"] == "float32" and labels["device"] == "cpu" and labels["attention_backend"] == "reference"
     ops.load()
     supported = ops.supported_cpu_isas()  # each family its own choice, within what this CPU runs
-    families = {family: labels[f"cpu_isa_{family}"] for family in ops.CPU_KERNEL_FAMILIES}
+    families = {family: labels[f"cpu_isa_{family}"] for family in CPU_KERNEL_FAMILIES}
     assert set(families.values()) <= set(supported), labels
-    assert f"CPU kernels: {ops.describe_isas(families)}" in server.log()
+    assert f"CPU kernels: {describe_isas(families)}" in server.log()
     assert labels["cpu_bf16_gemm"] == bf16_gemm_unit(), labels  # what oneDNN runs: test_bf16_gemm_unit.py
 
 

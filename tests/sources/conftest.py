@@ -41,8 +41,8 @@ SERVING = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_conf
 def private_cache(folder: Path) -> Path:
     """A ``PAGED_CACHE`` of the test's own for models and tokenizers that shares the compiled kernels and their
     tuning with the usual cache (``PAGED_CACHE`` moves those too, and a kernel build takes minutes)."""
-    from paged_engine.attention._build import CACHE_ROOT
-    from paged_engine.attention.isa_tune import TUNE_FILE
+    from paged_engine.kernels.build import CACHE_ROOT
+    from paged_engine.kernels.isa_tune import TUNE_FILE
 
     folder.mkdir(parents=True, exist_ok=True)
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionBackend
+from paged_engine.kernels import ops
 
 
 class KernelBackend(AttentionBackend):

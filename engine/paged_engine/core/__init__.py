@@ -1,7 +1,7 @@
 """The engine core: requests, block pool, prefix cache, KV-cache manager and scheduler. Pure Python, no torch."""
 
 from .block_pool import BlockPool, KVBlock
-from .engine_output import EngineCoreOutput
+from .engine_core_output import EngineCoreOutput
 from .kv_cache_manager import ComputedBlocks, KVCacheManager, SlotAllocation
 from .kv_cache_spec import FullAttentionSpec, KVCacheConfig, KVCacheGroup, SlidingWindowSpec
 from .request import FinishReason, Request, RequestStatus

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .beam_search import BeamSearch, Hypothesis
-from .engine_output import EngineCoreOutput
-from .outputs import Logprobs
+from .engine_core_output import EngineCoreOutput
 from .request import FinishReason, Request, RequestStatus, child_request_id
+from .scheduler_output import Logprobs
 
 
 @dataclass

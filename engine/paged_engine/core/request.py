@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from paged_engine.sampling_params import SamplingParams
 
 from .block_hash import BlockHash
-from .outputs import Logprobs
+from .scheduler_output import Logprobs
 
 
 class RequestStatus(enum.Enum):

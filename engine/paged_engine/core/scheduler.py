@@ -30,13 +30,13 @@ from typing import NamedTuple
 
 from .beam_group import BeamGroup
 from .beam_search import BeamSearch
-from .engine_output import EngineCoreOutput
+from .engine_core_output import EngineCoreOutput
 from .kv_cache_manager import ComputedBlocks, KVCacheManager, SlotAllocation
 from .kv_cache_spec import KVCacheConfig
-from .outputs import CachedRequestData, Logprobs, ModelRunnerOutput, NewRequestData, SchedulerOutput
 from .request import FinishReason, Request, RequestStatus, child_request_id
 from .request_queue import make_queue
 from .scheduler_config import SchedulerConfig, SchedulerConfigError
+from .scheduler_output import CachedRequestData, Logprobs, ModelRunnerOutput, NewRequestData, SchedulerOutput
 from .stats import SchedulerStats
 from .stop_conditions import check_stop
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from paged_engine.attention.cpu_info import CPU_ISAS
 from paged_engine.attention.selection import BACKENDS
 from paged_engine.core.scheduler_config import SchedulerConfig
+from paged_engine.kernels.cpu_features import CPU_ISAS
 from paged_engine.lora.registry import LoraModule, parse_lora_module
 from paged_engine.sampling_params import MAX_LOGPROBS
 

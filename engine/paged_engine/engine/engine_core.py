@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from paged_engine.attention import get_backend, ops
+from paged_engine.attention import get_backend
 from paged_engine.attention.backend import AttentionBackend
-from paged_engine.attention.cpu_info import bf16_gemm_unit
 from paged_engine.attention.cuda import CudaKernelBackend
 from paged_engine.attention.flash import load_flash_attention
 from paged_engine.attention.selection import AttentionShape, KernelBuild, Selection, flash_gap, select
@@ -35,6 +34,9 @@ from paged_engine.core import (
 )
 from paged_engine.core.scheduler_config import check_range, with_default_budget
 from paged_engine.engine.config import EngineConfig
+from paged_engine.kernels import ops
+from paged_engine.kernels.cpu_features import CPU_KERNEL_FAMILIES
+from paged_engine.kernels.cpu_isa import bf16_gemm_unit, cap_cpu_isa, describe_isas
 from paged_engine.loader.default_model import resolve_model
 from paged_engine.loader.hf import load_hf_model
 from paged_engine.lora.adapter import load_adapter, read_rank
@@ -93,9 +95,9 @@ def apply_cpu_isa(level: str, dtype: torch.dtype) -> dict[str, str]:
     try:
         ops.load()
     except ops.KernelBuildError:
-        return dict.fromkeys(ops.CPU_KERNEL_FAMILIES, "none")
-    isas = ops.cap_cpu_isa(level, dtype)
-    logger.info("CPU kernels: %s (this CPU supports %s)", ops.describe_isas(isas), ", ".join(ops.supported_cpu_isas()))
+        return dict.fromkeys(CPU_KERNEL_FAMILIES, "none")
+    isas = cap_cpu_isa(level, dtype)
+    logger.info("CPU kernels: %s (this CPU supports %s)", describe_isas(isas), ", ".join(ops.supported_cpu_isas()))
     return isas
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from paged_engine.engine.config import EngineConfig
 from paged_engine.engine.llm_engine import LLMEngine
-from paged_engine.engine.outputs import RequestOutput
+from paged_engine.engine.request_output import RequestOutput
 from paged_engine.sampling_params import SamplingParams
 from paged_engine.tools import ToolPlan
 

@@ -18,7 +18,7 @@ import logging
 import torch
 from torch import nn
 
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionMetadata
+from paged_engine.kernels import ops
 from paged_engine.models.cpu_gemm import (
     PACKED_LINEARS,
     PanelEmbedding,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from paged_engine.attention import ops
+from paged_engine.kernels import ops
 from paged_engine.models.cpu_gemm import OneDNNLinear, PanelLinear
 
 _U = 2.0**-9  # unit roundoff of bf16 (8 significant bits, round to nearest)

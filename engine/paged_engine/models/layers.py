@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
+from paged_engine.kernels import ops
 
 
 class RMSNorm(nn.Module):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from paged_engine.core.outputs import Logprobs
+from paged_engine.core.scheduler_output import Logprobs
 
 
 @dataclass

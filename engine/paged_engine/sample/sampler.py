@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from paged_engine.core.outputs import Logprobs
+from paged_engine.core.scheduler_output import Logprobs
 from paged_engine.sample.logits_processing import process_logits
 from paged_engine.sample.logprobs import LogprobsTensors, gather_logprobs
 from paged_engine.sample.metadata import SamplingMetadata

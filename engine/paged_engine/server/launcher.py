@@ -22,10 +22,10 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
-from paged_engine.attention.cpu_info import CPU_KERNEL_FAMILIES
 from paged_engine.cli import served_model_name
 from paged_engine.engine.config import EngineConfig
 from paged_engine.engine.core_proc import CoreProcAddresses, run_engine_core
+from paged_engine.kernels.cpu_features import CPU_KERNEL_FAMILIES
 from paged_engine.request_limits import RequestLimits
 from paged_engine.server.app import ServerState, build_admin_app, build_app
 from paged_engine.server.engine_client import EngineClient, EngineDeadError

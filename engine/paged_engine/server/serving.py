@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from paged_engine.core import RequestValidationError
-from paged_engine.core.outputs import Logprobs
+from paged_engine.core.scheduler_output import Logprobs
 from paged_engine.output_processor import ChoiceState, ChoiceUpdate
 from paged_engine.request_limits import RequestLimits
 from paged_engine.sampling_params import SamplingParams, SamplingParamsError

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paged_engine.core.outputs import BlockIds, NewRequestData
+from paged_engine.core.scheduler_output import BlockIds, NewRequestData
 from paged_engine.sample import SamplingRow
 
 

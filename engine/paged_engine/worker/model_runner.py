@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from paged_engine.attention import ops
 from paged_engine.attention.backend import AttentionBackend, AttentionMetadata
-from paged_engine.core.outputs import Logprobs, ModelRunnerOutput, NewRequestData, SchedulerOutput
+from paged_engine.core.scheduler_output import Logprobs, ModelRunnerOutput, NewRequestData, SchedulerOutput
+from paged_engine.kernels import ops
 from paged_engine.lora.layers import LoraSlots
 from paged_engine.models.decoder import DecoderForCausalLM
 from paged_engine.sample import Sampler, SamplingMetadata, StructuredOutput, prompt_logprobs

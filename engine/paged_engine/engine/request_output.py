@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from paged_engine.core.outputs import Logprobs
+from paged_engine.core.scheduler_output import Logprobs
 from paged_engine.tools.parsers import ToolCall
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from .outputs import Logprobs
 from .request import FinishReason
+from .scheduler_output import Logprobs
 
 
 class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):

@@ -22,13 +22,12 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from paged_engine.attention._build import CACHE_ROOT
-from paged_engine.attention.cpu_info import cpu_model_and_flags, family_levels
+import torch
 
-if TYPE_CHECKING:
-    import torch
+from paged_engine.kernels import ops
+from paged_engine.kernels.build import CACHE_ROOT
+from paged_engine.kernels.cpu_features import cpu_model_and_flags, family_levels
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +114,6 @@ def choose_isa(
 
 
 def _panel_gemm_runner() -> Callable[[str], None]:
-    import torch
-
-    from paged_engine.attention import ops
-
     gen = torch.Generator().manual_seed(0)
     panels = ops.pack_linear_weight(torch.randn(16384, 640, generator=gen))  # 40 MiB: past any L3 share
     inputs = [torch.randn(rows, 640, generator=gen) for rows in TUNE_ROWS]
@@ -132,10 +127,6 @@ def _panel_gemm_runner() -> Callable[[str], None]:
 
 
 def _attention_runner(kv_dtype: torch.dtype) -> Callable[[str], None]:
-    import torch
-
-    from paged_engine.attention import ops
-
     seqs, context, chunk, block, heads, kv_heads, head_dim = 16, 512, 256, 16, 4, 1, 256
     gen = torch.Generator().manual_seed(0)
     blocks = seqs * context // block
@@ -159,10 +150,6 @@ def _attention_runner(kv_dtype: torch.dtype) -> Callable[[str], None]:
 
 
 def _elementwise_runner(dtype: torch.dtype) -> Callable[[str], None]:
-    import torch
-
-    from paged_engine.attention import ops
-
     gen = torch.Generator().manual_seed(0)
     gate_up = torch.randn(512, 2 * 2048, generator=gen).to(dtype)  # a 512-token step of Gemma 3 270M's MLP
     hidden = torch.randn(512, 640, generator=gen).to(dtype)

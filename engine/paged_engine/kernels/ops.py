@@ -2,20 +2,19 @@
 
 ``load()`` finds or builds the extension once per process and registers fake (meta) kernels so ``torch.compile``
 can trace graphs that call the ops. The ops check their own arguments in C++ (dtype, device, shape, and the
-values that decide which memory they touch), so the wrappers here only forward.
+values that decide which memory they touch), so the wrappers here only forward. Which instruction-set variant
+each CPU kernel family runs is the C++ side's best at load; choosing among them is ``cpu_isa``'s job.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
-from pathlib import Path
 
 import torch
 
-from paged_engine.attention._build import Extension, KernelBuildError, find_or_build
-from paged_engine.attention.cpu_info import CPU_ISAS, CPU_KERNEL_FAMILIES, family_levels
+from paged_engine.kernels.build import Extension, KernelBuildError, find_or_build
+from paged_engine.kernels.cpu_features import CPU_KERNEL_FAMILIES
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +47,8 @@ def load() -> Extension:
     """Load (building on first use) the kernel extension; raises KernelBuildError with the reason if it can't."""
     ext = find_or_build()
     _register_fakes()
-    isas = _cap_cpu_isa(os.environ.get("PAGED_CPU_ISA") or "auto", ext.path)
-    log.info("paged kernels loaded from %s (%s build, CUDA kernels: %s); CPU kernels: %s (this CPU: %s)", ext.path,
-             ext.how, ext.with_cuda, describe_isas(isas), ", ".join(supported_cpu_isas()))  # fmt: skip
+    log.info("paged kernels loaded from %s (%s build, CUDA kernels: %s; this CPU: %s)", ext.path, ext.how,
+             ext.with_cuda, ", ".join(supported_cpu_isas()))  # fmt: skip
     return ext
 
 
@@ -190,37 +188,6 @@ def cpu_isas() -> dict[str, str]:
     """The instruction set each CPU kernel family runs with (``{"gemm": "avx512", "attention": "amx",
     "elementwise": "avx512"}``; ``elementwise``: the gated activations and RMSNorm)."""
     return {kernel: torch.ops.paged.cpu_isa(kernel) for kernel in CPU_KERNEL_FAMILIES}
-
-
-def describe_isas(isas: dict[str, str]) -> str:
-    """``gemm avx2, attention avx512``, for logs and benchmark headers."""
-    return ", ".join(f"{kernel} {isa}" for kernel, isa in isas.items())
-
-
-def cap_cpu_isa(level: str, kv_dtype: torch.dtype = torch.float32) -> dict[str, str]:
-    """Run the CPU kernels at ``level`` or the best this CPU supports below it (per family, among the levels it
-    has a variant at for ``kv_dtype`` models: ``family_levels``); ``auto`` takes, per kernel family, whichever
-    variant measures faster on this CPU (``isa_tune``; attention with ``kv_dtype`` caches). Returns the variants
-    chosen."""
-    return _cap_cpu_isa(level, load().path, kv_dtype)
-
-
-def _cap_cpu_isa(level: str, kernel_path: Path, kv_dtype: torch.dtype = torch.float32) -> dict[str, str]:
-    if level not in ("auto", *CPU_ISAS):
-        raise ValueError(f"unknown CPU instruction set {level!r}; choose auto, {', '.join(CPU_ISAS)}")
-    supported = [isa for isa in CPU_ISAS if isa in supported_cpu_isas()]
-    if level == "auto":
-        from paged_engine.attention.isa_tune import choose_isas
-
-        for kernel, isa in choose_isas(supported, kernel_path, kv_dtype).items():
-            set_cpu_isa(isa, kernel)
-    else:
-        dtype_name = str(kv_dtype).removeprefix("torch.")
-        for family in CPU_KERNEL_FAMILIES:
-            levels = family_levels(family, dtype_name)
-            below = [isa for isa in supported if CPU_ISAS.index(isa) <= CPU_ISAS.index(level) and isa in levels]
-            set_cpu_isa(below[-1], family)
-    return cpu_isas()
 
 
 def supported_cpu_isas() -> list[str]:
