@@ -1,7 +1,7 @@
 """Control-loop evaluation: the paged controller against HPA, Knative KPA and KEDA on simulated traffic.
 
 Every policy serves the same generated requests on the same request-level fleet model
-(``paged_operator.sim``): pods with continuous batching, chunked prefill, KV in tokens and
+(``fleet_sim``): pods with continuous batching, chunked prefill, KV in tokens and
 recompute preemption, 90 s start-up, random load balancing. Per trace × policy it prints TTFT-SLO
 attainment, replica-hours, scale events and flaps; then the budget tuner on vs off on a workload
 whose budget overcommits KV. With ``--plots DIR`` it writes one PNG per trace (load and replicas
@@ -30,14 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from paged_operator.budget_tuner import Budgets
-from paged_operator.policy_config import controller_spec
-from paged_operator.sim import workload
-from paged_operator.sim.engine_model import EngineModel
-from paged_operator.sim.fleet import Actuation, RunRecord, Scaler, Snapshot, run
-from paged_operator.sim.scalers import HpaBehavior, HpaScaler, KedaScaler, KpaScaler, PagedScaler, PresentOracle
-from paged_operator.sim.scoring import Score, score
-from paged_operator.sim.workload import Lengths
+from fleet_sim import workload
+from fleet_sim.engine_model import EngineModel
+from fleet_sim.fleet import Actuation, RunRecord, Scaler, Snapshot, run
+from fleet_sim.scalers import HpaBehavior, HpaScaler, KedaScaler, KpaScaler, PagedScaler, PresentOracle
+from fleet_sim.scoring import Score, score
+from fleet_sim.workload import Lengths
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.config import controller_spec
 from paged_platform.api import ModelDeploymentSpec
 
 MODEL = EngineModel()

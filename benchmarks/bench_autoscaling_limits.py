@@ -24,10 +24,10 @@ from collections import Counter
 from dataclasses import replace
 
 import bench_autoscaling as bench
-from paged_operator.sim import workload
-from paged_operator.sim.fleet import RunRecord, run
-from paged_operator.sim.scalers import PresentOracle
-from paged_operator.sim.scoring import score
+from fleet_sim import workload
+from fleet_sim.fleet import RunRecord, run
+from fleet_sim.scalers import PresentOracle
+from fleet_sim.scoring import score
 
 #: Minutes after a burst's end whose surplus pods count as the burst's (the down-window and the step-down).
 AFTER_BURST_S = 600.0

@@ -27,11 +27,12 @@ from pathlib import Path
 import kopf
 from aiohttp import web
 
-from paged_operator import admin_token, child_reads, health
+from paged_operator import admin_token, operator_metrics
+from paged_operator.clients import child_reads
+from paged_operator.clients.kube import KubeApi
 from paged_operator.handlers import Options, Shared
-from paged_operator.kube_io import KubeApi
-from paged_operator.leader import LeaderElector
-from paged_operator.lease import LeaseSpec
+from paged_operator.leadership.leader import LeaderElector
+from paged_operator.leadership.lease import LeaseSpec
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.log_level == "error":
         logging.getLogger().setLevel(logging.ERROR)
     if args.metrics_port is not None:
-        health.serve_metrics(args.metrics_port, args.metrics_address)
+        operator_metrics.serve_metrics(args.metrics_port, args.metrics_address)
     try:
         token_key = admin_token.load_key(args.token_key_file)
     except admin_token.TokenKeyError as exc:
@@ -181,7 +182,7 @@ async def _lead(
         raise SystemExit("no kubeconfig and no in-cluster service account to log in with")
     kube = KubeApi.from_connection(info, timeout_s=request_timeout_s)
     elector = LeaderElector(kube, election.namespace, election.name, election.identity, election.spec)
-    health.LEADER.set(0)
+    operator_metrics.LEADER.set(0)
     try:
         standby = await serve_liveness(liveness) if liveness else None
         stop = asyncio.Event()

@@ -31,27 +31,24 @@ import kopf
 from paged_platform.api import GROUP, PLURAL, VERSION, Decision, ModelDeployment, ModelDeploymentStatus
 from pydantic import ValidationError
 
-from paged_operator import (
-    admin_token,
-    api_outage,
-    budget_tuner,
-    children,
-    controller_memory,
-    health,
-    model_status,
-    router_children,
-    router_demand,
-    status_builder,
-)
-from paged_operator.budget_tuner import Budgets
-from paged_operator.child_reads import ApiReads, ChildReads, IndexReads
-from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, Plan, decide
-from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
-from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, NotLeading, object_path
-from paged_operator.policy_config import controller_spec, starting_budgets
-from paged_operator.scale_to_zero import RouterDemand
-from paged_operator.scrape import PodScraper
-from paged_operator.status_writer import WriteConflict, advance_generation, read_status, set_replicas, update_status
+from paged_operator import admin_token, operator_metrics
+from paged_operator.clients import router_demand
+from paged_operator.clients.child_reads import ApiReads, ChildReads, IndexReads
+from paged_operator.clients.engine_admin import EngineAdmin, EnginePod, engine_pod
+from paged_operator.clients.kube import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, NotLeading, object_path
+from paged_operator.clients.metrics_source import PodScraper
+from paged_operator.policy import budget_tuner
+from paged_operator.policy import memory as controller_memory
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.config import controller_spec, starting_budgets
+from paged_operator.policy.controller import ControllerSpec, ControllerState, Observation, Plan, decide
+from paged_operator.policy.scale_to_zero import RouterDemand
+from paged_operator.render import children
+from paged_operator.render import router as router_children
+from paged_operator.status import api_outage
+from paged_operator.status import builder as status_builder
+from paged_operator.status import model_ready as model_status
+from paged_operator.status.writer import WriteConflict, advance_generation, read_status, set_replicas, update_status
 
 log = logging.getLogger(__name__)
 ANNOTATION_PREFIX = "operator.paged.dev"
@@ -238,7 +235,7 @@ async def _reject(kube: KubeApi, body: Mapping[str, Any], exc: ValidationError) 
 async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
     shared = _shared(memo)
     kube = shared.kube
-    with health.timed("reconcile"):
+    with operator_metrics.timed("reconcile"):
         try:
             md = _parse(body)
         except ValidationError as exc:
@@ -320,7 +317,7 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
         _set(status, "Ready", ready, now, generation)
 
     written = await update_status(kube, body, applied)
-    health.observe_fleet(namespace, md.metadata.name, md.spec, desired, written.ready_replicas)
+    operator_metrics.observe_fleet(namespace, md.metadata.name, md.spec, desired, written.ready_replicas)
 
 
 async def apply_router(kube: KubeApi, md: ModelDeployment, uid: str) -> None:
@@ -349,7 +346,7 @@ def _pods_why(failures: Mapping[str, str]) -> str:
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 def forget(body: kopf.Body, **_: Any) -> None:
     """Children go with their owner (garbage collection); only the operator's own gauge is left to drop."""
-    health.forget(body["metadata"]["namespace"], body["metadata"]["name"])
+    operator_metrics.forget(body["metadata"]["namespace"], body["metadata"]["name"])
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=10)
@@ -366,7 +363,7 @@ async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, 
         try:
             md = _parse(snapshot)
             interval = float(md.spec.autoscaling.interval_seconds)
-            with health.timed("control_loop"):
+            with operator_metrics.timed("control_loop"):
                 await loop.step(md, snapshot, interval, logger)
         except ValidationError:
             pass  # reported by ``reconcile``; nothing to decide on
@@ -445,7 +442,7 @@ class ControlLoop:
         scraper = PodScraper(self.shared.http, timeout_s=self.shared.options.scrape_timeout_s, clock=self.shared.clock)
         scraped = await scraper.collect([p.metrics_target for p in serving])
         if scraped.failures:
-            health.SCRAPE_FAILURES.labels(namespace).inc(len(scraped.failures))
+            operator_metrics.SCRAPE_FAILURES.labels(namespace).inc(len(scraped.failures))
             log.warning("%s/%s: metrics scrape failed: %s", namespace, name, _pods_why(scraped.failures))
         current = (deployment.get("spec") or {}).get("replicas", 0)
         stuck = status_builder.unschedulable_pods(alive, _now(), self.shared.options.pending_timeout_s)
@@ -546,7 +543,7 @@ class ControlLoop:
             self.outage = None
             log.warning("%s/%s: the API server answers again: %s", namespace, name, outage.message)
             await _warn(kube, body, api_outage.REASON, outage.message)
-        health.observe_fleet(namespace, name, md.spec, desired, len(serving))
+        operator_metrics.observe_fleet(namespace, name, md.spec, desired, len(serving))
         self.at_zero = spec.zero is not None and desired == 0
         for decision in recorded:
             await self._record(body, decision, plan)
@@ -601,7 +598,7 @@ class ControlLoop:
     async def _record(self, body: Mapping[str, Any], decision: Decision, plan: Plan) -> None:
         """Count and announce a decision the status recorded."""
         rule = plan.verdict.rule if not decision.dry_run else "dry-run"
-        health.DECISIONS.labels(decision.kind, rule, str(decision.dry_run).lower()).inc()
+        operator_metrics.DECISIONS.labels(decision.kind, rule, str(decision.dry_run).lower()).inc()
         verb = {"scale": "Scaled", "budget": "BudgetChanged"}[decision.kind]
         reason = f"{verb}DryRun" if decision.dry_run else verb
         message = f"{decision.from_.describe()} -> {decision.to.describe()}: {decision.reason}"

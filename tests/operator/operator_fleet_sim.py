@@ -26,10 +26,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from paged_operator.arbiter import Action
-from paged_operator.budget_tuner import Budgets
-from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, decide, initial_state
-from paged_operator.metrics import EngineSample
+from paged_operator.policy.arbiter import Action
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.controller import ControllerSpec, ControllerState, Observation, decide, initial_state
+from paged_operator.policy.fleet_view import EngineSample
 
 Trace = Callable[[float], float]
 
@@ -236,8 +236,8 @@ def square_trace(low: float, high: float, period: float) -> Trace:
 
 
 if __name__ == "__main__":
-    from paged_operator.autoscaler import AutoscalingPolicySpec
-    from paged_operator.budget_tuner import BudgetSpec
+    from paged_operator.policy.autoscaler import AutoscalingPolicySpec
+    from paged_operator.policy.budget_tuner import BudgetSpec
 
     spec = ControllerSpec(
         autoscaling=AutoscalingPolicySpec(max_replicas=12, panic_window_s=20),

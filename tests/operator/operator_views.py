@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from paged_operator.metrics import FleetView
+from paged_operator.policy.fleet_view import FleetView
 
 
 def view(

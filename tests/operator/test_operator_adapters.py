@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from paged_operator import children, model_status, status_builder
+from paged_operator.render import children
+from paged_operator.status import builder as status_builder
+from paged_operator.status import model_ready as model_status
 from paged_platform.api import AdapterStatus, ModelDeployment
 
 UID = "7f1c8d2e-0000-4000-8000-000000000002"

@@ -14,9 +14,11 @@ from typing import Any
 import httpx
 import kopf
 import pytest
-from paged_operator import api_outage, children, handlers
-from paged_operator.budget_tuner import Budgets
-from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi
+from paged_operator import handlers
+from paged_operator.clients.kube import REPLICAS_FIELD_MANAGER, ApiError, KubeApi
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.render import children
+from paged_operator.status import api_outage
 
 from tests.operator.operator_exposition import exposition
 

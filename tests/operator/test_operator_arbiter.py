@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paged_operator.arbiter import Action, ArbiterSpec, ArbiterState, arbitrate
-from paged_operator.autoscaler import ScaleDecision
-from paged_operator.budget_tuner import Budgets, TuneDecision, TuneKind
+from paged_operator.policy.arbiter import Action, ArbiterSpec, ArbiterState, arbitrate
+from paged_operator.policy.autoscaler import ScaleDecision
+from paged_operator.policy.budget_tuner import Budgets, TuneDecision, TuneKind
 
 SPEC = ArbiterSpec(max_scale_up_deferral_s=120)
 LOWER = TuneDecision(Budgets(48, 2048), "storm: max_num_seqs 64 → 48", TuneKind.LOWER_SEQS)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from operator_views import view
-from paged_operator.autoscaler import (
+from paged_operator.policy.autoscaler import (
     AutoscalerState,
     AutoscalingPolicySpec,
     Recommendation,

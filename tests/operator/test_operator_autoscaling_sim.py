@@ -8,15 +8,16 @@ import math
 import statistics
 
 import pytest
-from paged_operator.autoscaler import AutoscalingPolicySpec
-from paged_operator.budget_tuner import Budgets
-from paged_operator.controller_logic import ControllerSpec
-from paged_operator.metrics import EngineSample
-from paged_operator.sim import workload
-from paged_operator.sim.engine_model import EngineModel, Pod, SimRequest
-from paged_operator.sim.fleet import Actuation, Snapshot, run
-from paged_operator.sim.scalers import HpaBehavior, HpaScaler, KedaScaler, KpaScaler, PagedScaler, PresentOracle
-from paged_operator.sim.scoring import flaps, score
+from paged_operator.policy.autoscaler import AutoscalingPolicySpec
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.controller import ControllerSpec
+from paged_operator.policy.fleet_view import EngineSample
+
+from benchmarks.fleet_sim import workload
+from benchmarks.fleet_sim.engine_model import EngineModel, Pod, SimRequest
+from benchmarks.fleet_sim.fleet import Actuation, Snapshot, run
+from benchmarks.fleet_sim.scalers import HpaBehavior, HpaScaler, KedaScaler, KpaScaler, PagedScaler, PresentOracle
+from benchmarks.fleet_sim.scoring import flaps, score
 
 LENGTHS = workload.MODERATE_LENGTHS
 BUDGETS = Budgets(256, 2048)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from operator_views import view
-from paged_operator.budget_tuner import (
+from paged_operator.policy.budget_tuner import (
     Budgets,
     BudgetSpec,
     TuneKind,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from paged_engine.cli import build_parser, engine_config
-from paged_operator import children
-from paged_operator.budget_tuner import Budgets
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.render import children
 from paged_platform.api import ModelDeployment
 
 UID = "7f1c8d2e-0000-4000-8000-000000000001"

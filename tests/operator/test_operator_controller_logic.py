@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from paged_operator.arbiter import Action
-from paged_operator.autoscaler import AutoscalingPolicySpec
-from paged_operator.budget_tuner import Budgets, BudgetSpec
-from paged_operator.controller_logic import ControllerSpec, ControllerState, Observation, decide, initial_state
-from paged_operator.metrics import EngineSample
+from paged_operator.policy.arbiter import Action
+from paged_operator.policy.autoscaler import AutoscalingPolicySpec
+from paged_operator.policy.budget_tuner import Budgets, BudgetSpec
+from paged_operator.policy.controller import ControllerSpec, ControllerState, Observation, decide, initial_state
+from paged_operator.policy.fleet_view import EngineSample
 
 SCALE = AutoscalingPolicySpec(
     min_replicas=1, max_replicas=8, stabilization_window_up_s=0, stabilization_window_down_s=60, max_step_up=2

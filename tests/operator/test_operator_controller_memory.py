@@ -8,13 +8,14 @@ import json
 import pytest
 from operator_fleet_sim import burst_trace, simulate, square_trace, step_trace
 from operator_views import view
-from paged_operator import budget_tuner, controller_memory
-from paged_operator.arbiter import ArbiterState
-from paged_operator.autoscaler import AutoscalerState, AutoscalingPolicySpec, Recommendation
-from paged_operator.budget_tuner import Budgets, BudgetSpec, TuneKind, TunerState
-from paged_operator.controller_logic import ControllerSpec, ControllerState, initial_state
-from paged_operator.metrics import SampleWindow
-from paged_operator.scale_to_zero import ZeroState
+from paged_operator.policy import budget_tuner
+from paged_operator.policy import memory as controller_memory
+from paged_operator.policy.arbiter import ArbiterState
+from paged_operator.policy.autoscaler import AutoscalerState, AutoscalingPolicySpec, Recommendation
+from paged_operator.policy.budget_tuner import Budgets, BudgetSpec, TuneKind, TunerState
+from paged_operator.policy.controller import ControllerSpec, ControllerState, initial_state
+from paged_operator.policy.fleet_view import SampleWindow
+from paged_operator.policy.scale_to_zero import ZeroState
 from paged_platform.api import ModelDeploymentStatus
 
 SPEC = ControllerSpec(

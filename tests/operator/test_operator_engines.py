@@ -7,8 +7,8 @@ import json
 
 import httpx
 import pytest
-from paged_operator.budget_tuner import Budgets
-from paged_operator.engines import EngineAdmin, EnginePod, engine_pod
+from paged_operator.clients.engine_admin import EngineAdmin, EnginePod, engine_pod
+from paged_operator.policy.budget_tuner import Budgets
 
 PODS = [EnginePod("a", "http://127.1.0.1:8000"), EnginePod("b", "http://127.1.0.2:8000")]
 

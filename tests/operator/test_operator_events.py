@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import httpx
-from paged_operator.kube_io import KubeApi, event_name
+from paged_operator.clients.kube import KubeApi, event_name
 
 OWNER = {
     "apiVersion": "paged.dev/v1alpha1",

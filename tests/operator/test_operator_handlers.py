@@ -9,10 +9,17 @@ import httpx
 import kopf
 import pytest
 from paged_operator import handlers
-from paged_operator.budget_tuner import Budgets
 from paged_operator.cli import build_parser, main
-from paged_operator.kube_io import ApiError, KubeApi, collection_path, model_deployment_path, object_path, resource_of
-from paged_operator.policy_config import controller_spec
+from paged_operator.clients.kube import (
+    ApiError,
+    KubeApi,
+    collection_path,
+    model_deployment_path,
+    object_path,
+    resource_of,
+)
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.config import controller_spec
 from paged_platform.api import ModelDeployment
 
 

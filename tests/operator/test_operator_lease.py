@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from paged_operator.lease import LeaseRecord, LeaseSpec, Observed, attempt, observe, released, still_leading
+from paged_operator.leadership.lease import LeaseRecord, LeaseSpec, Observed, attempt, observe, released, still_leading
 
 SPEC = LeaseSpec(duration_s=15, renew_deadline_s=10, retry_period_s=2)
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

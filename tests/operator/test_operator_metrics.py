@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from operator_exposition import exposition
-from paged_operator.metrics import (
+from paged_operator.policy.fleet_view import (
     EngineSample,
     Histogram,
     MetricsError,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from paged_operator.budget_tuner import Budgets
-from paged_operator.controller_logic import initial_state
-from paged_operator.policy_config import controller_spec, starting_budgets
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.config import controller_spec, starting_budgets
+from paged_operator.policy.controller import initial_state
 from paged_platform.api import ModelDeploymentSpec
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from paged_operator.status_builder import budget_push_condition
+from paged_operator.status.builder import budget_push_condition
 
 
 def test_every_push_landed_is_no_condition() -> None:

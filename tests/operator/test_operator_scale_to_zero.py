@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 from operator_exposition import exposition
-from paged_operator import router_demand, scale_to_zero
-from paged_operator.arbiter import Action
-from paged_operator.autoscaler import AutoscalingPolicySpec
-from paged_operator.controller_logic import ControllerSpec, Observation, decide, initial_state
-from paged_operator.metrics import parse_exposition
-from paged_operator.scale_to_zero import RouterDemand, ZeroDecision, ZeroSpec, ZeroState
+from paged_operator.clients import router_demand
+from paged_operator.policy import scale_to_zero
+from paged_operator.policy.arbiter import Action
+from paged_operator.policy.autoscaler import AutoscalingPolicySpec
+from paged_operator.policy.controller import ControllerSpec, Observation, decide, initial_state
+from paged_operator.policy.fleet_view import parse_exposition
+from paged_operator.policy.scale_to_zero import RouterDemand, ZeroDecision, ZeroSpec, ZeroState
 
 SPEC = ZeroSpec(idle_s=300)
 

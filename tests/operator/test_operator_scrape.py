@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 from operator_exposition import exposition
-from paged_operator.scrape import PodScraper, PodTarget, PrometheusSource
+from paged_operator.clients.metrics_source import PodScraper, PodTarget, PrometheusSource
 
 
 class Server:

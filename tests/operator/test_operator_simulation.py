@@ -21,10 +21,10 @@ from operator_fleet_sim import (
     square_trace,
     step_trace,
 )
-from paged_operator.arbiter import Action
-from paged_operator.autoscaler import AutoscalingPolicySpec
-from paged_operator.budget_tuner import Budgets, BudgetSpec
-from paged_operator.controller_logic import ControllerSpec
+from paged_operator.policy.arbiter import Action
+from paged_operator.policy.autoscaler import AutoscalingPolicySpec
+from paged_operator.policy.budget_tuner import Budgets, BudgetSpec
+from paged_operator.policy.controller import ControllerSpec
 
 SCALING = AutoscalingPolicySpec(max_replicas=12, panic_window_s=20)
 TUNING = BudgetSpec(min_num_seqs=8, max_num_seqs=128)

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 from operator_views import view
-from paged_operator import status_builder as sb
-from paged_operator.arbiter import Action, Verdict
-from paged_operator.autoscaler import ScaleDecision, Signal
-from paged_operator.budget_tuner import Budgets
-from paged_operator.controller_logic import Plan
+from paged_operator.policy.arbiter import Action, Verdict
+from paged_operator.policy.autoscaler import ScaleDecision, Signal
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.controller import Plan
+from paged_operator.status import builder as sb
 from paged_platform.api import ModelDeploymentStatus
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

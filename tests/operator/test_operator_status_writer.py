@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from paged_operator.kube_io import KubeApi
-from paged_operator.status_writer import (
+from paged_operator.clients.kube import KubeApi
+from paged_operator.status.writer import (
     WriteConflict,
     advance_generation,
     read_status,

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from paged_engine.cli import build_parser
-from paged_operator import children, router_children
+from paged_operator.render import children
+from paged_operator.render import router as router_children
 from paged_platform.api import ModelDeployment
 from paged_platform.router.cli import parse_options
 

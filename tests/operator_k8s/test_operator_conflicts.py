@@ -17,8 +17,8 @@ from typing import Any
 import kopf
 import pytest
 from paged_operator import handlers
-from paged_operator.kube_io import KubeApi
-from paged_operator.status_writer import read_status, set_replicas, update_status
+from paged_operator.clients.kube import KubeApi
+from paged_operator.status.writer import read_status, set_replicas, update_status
 from paged_platform.api import Decision, DecisionState, ModelDeploymentStatus
 
 from e2e.cluster.access import ServiceAccountAccess

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from paged_operator import api_outage
+from paged_operator.status import api_outage
 
 from e2e.cluster.access import ServiceAccountAccess
 from e2e.cluster.client import KubeClient, wait_for

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from paged_operator import children, router_children
+from paged_operator.render import children
+from paged_operator.render import router as router_children
 from paged_platform.api import ModelDeployment
 
 from e2e.cluster.binaries import Binaries

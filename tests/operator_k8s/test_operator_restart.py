@@ -18,10 +18,12 @@ from typing import Any
 import httpx
 import kopf
 import pytest
-from paged_operator import children, handlers, status_builder
+from paged_operator import handlers
+from paged_operator.clients.kube import KubeApi
 from paged_operator.handlers import ControlLoop, Options, Shared
-from paged_operator.kube_io import KubeApi
-from paged_operator.status_writer import read_status
+from paged_operator.render import children
+from paged_operator.status import builder as status_builder
+from paged_operator.status.writer import read_status
 
 from e2e.cluster.access import ServiceAccountAccess
 from e2e.cluster.client import KubeClient, wait_for

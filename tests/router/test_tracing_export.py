@@ -13,7 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
-from paged_operator import children, router_children
+from paged_operator.render import children
+from paged_operator.render import router as router_children
 from paged_platform.api import ModelDeployment
 
 from tests.kubelet_env import container_environment

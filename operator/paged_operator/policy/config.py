@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from paged_platform.api import ModelDeploymentSpec
 
-from paged_operator.arbiter import ArbiterSpec
-from paged_operator.autoscaler import AutoscalingPolicySpec
-from paged_operator.budget_tuner import Budgets, BudgetSpec
-from paged_operator.controller_logic import ControllerSpec
-from paged_operator.scale_to_zero import ZeroSpec
+from paged_operator.policy.arbiter import ArbiterSpec
+from paged_operator.policy.autoscaler import AutoscalingPolicySpec
+from paged_operator.policy.budget_tuner import Budgets, BudgetSpec
+from paged_operator.policy.controller import ControllerSpec
+from paged_operator.policy.scale_to_zero import ZeroSpec
 
 #: Windows that average samples span at least this many decision intervals.
 SAMPLES_PER_WINDOW = 2

@@ -25,9 +25,9 @@ from typing import Any
 
 from paged_platform.api import ModelDeployment, describe_source
 
-from paged_operator.adapter_mounts import download_container_name
-from paged_operator.model_mounts import DOWNLOAD_CONTAINER, model_mounts
-from paged_operator.status_builder import ConditionValue
+from paged_operator.render.adapter_mounts import download_container_name
+from paged_operator.render.model_mounts import DOWNLOAD_CONTAINER, model_mounts
+from paged_operator.status.builder import ConditionValue
 
 _REASON = re.compile(r"^([A-Z][A-Za-z]+): (.*)$", re.DOTALL)
 _RESOLVED = re.compile(r" at ((?:commit|version) \S+)$")

@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from paged_operator.metrics import FleetView
+from paged_operator.policy.fleet_view import FleetView
 
 #: Running sequences per replica at or above this share of ``max_num_seqs`` mean the budget binds.
 BUDGET_BOUND_FRACTION = 0.9

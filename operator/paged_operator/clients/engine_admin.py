@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from paged_operator.budget_tuner import Budgets
-from paged_operator.scrape import PodTarget
+from paged_operator.clients.metrics_source import PodTarget
+from paged_operator.policy.budget_tuner import Budgets
 
 
 @dataclass(frozen=True)

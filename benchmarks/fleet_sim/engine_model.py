@@ -30,9 +30,10 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
-from paged_operator.budget_tuner import Budgets
-from paged_operator.metrics import EngineSample, Histogram
-from paged_operator.sim.workload import RequestSpec
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.fleet_view import EngineSample, Histogram
+
+from .workload import RequestSpec
 
 #: The engine's TTFT histogram bounds (engine/paged_engine/server/metrics.py), +Inf last.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import httpx
 
-from paged_operator.metrics import (
+from paged_operator.policy.fleet_view import (
     HISTOGRAM_SERIES,
     SCALAR_SERIES,
     EngineSample,

@@ -23,9 +23,9 @@ from paged_platform.api import (
 )
 from pydantic.alias_generators import to_camel
 
-from paged_operator.budget_tuner import Budgets
-from paged_operator.controller_logic import Plan
-from paged_operator.metrics import FleetView
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.controller import Plan
+from paged_operator.policy.fleet_view import FleetView
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from paged_operator import health
-from paged_operator.kube_io import ApiError, KubeApi, collection_path, object_path
-from paged_operator.lease import LeaseRecord, LeaseSpec, Observed, attempt, observe, released, still_leading
+from paged_operator import operator_metrics
+from paged_operator.clients.kube import ApiError, KubeApi, collection_path, object_path
+from paged_operator.leadership.lease import LeaseRecord, LeaseSpec, Observed, attempt, observe, released, still_leading
 
 log = logging.getLogger(__name__)
 MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
@@ -97,7 +97,7 @@ class LeaderElector:
             await asyncio.sleep(self._spec.retry_period_s)
             await self._try()
             if not self.leading():
-                health.LEADER.set(0)
+                operator_metrics.LEADER.set(0)
                 log.error("lost the lease %s/%s: not renewed within %g s", self._namespace, self._name,
                           self._spec.renew_deadline_s)  # fmt: skip
                 return
@@ -108,7 +108,7 @@ class LeaderElector:
             return
         record = released(self._observed.record, datetime.now(UTC))
         self._renewed_at = None
-        health.LEADER.set(0)
+        operator_metrics.LEADER.set(0)
         try:
             async with asyncio.timeout(self._spec.retry_period_s):
                 await self._write(record)
@@ -144,7 +144,7 @@ class LeaderElector:
                 log.warning("lease %s/%s: %s", self._namespace, self._name, str(exc) or type(exc).__name__)
             return False
         self._renewed_at = sent
-        health.LEADER.set(1)
+        operator_metrics.LEADER.set(1)
         return True
 
     async def _create(self, record: LeaseRecord) -> None:

@@ -24,8 +24,8 @@ from typing import Any
 from paged_platform.api import ModelDeployment, ModelDeploymentStatus
 from pydantic import ValidationError
 
-from paged_operator import children
-from paged_operator.kube_io import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, model_deployment_path, object_path
+from paged_operator.clients.kube import REPLICAS_FIELD_MANAGER, ApiError, KubeApi, model_deployment_path, object_path
+from paged_operator.render import children
 
 #: Attempts before a write gives up (each conflict means another writer made progress, so this is rarely reached).
 MAX_ATTEMPTS = 5

@@ -29,10 +29,11 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from paged_operator.budget_tuner import Budgets
-from paged_operator.controller_logic import ControllerSpec, Observation, decide, initial_state
-from paged_operator.sim.fleet import Actuation, Snapshot
-from paged_operator.sim.workload import RateProfile
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.controller import ControllerSpec, Observation, decide, initial_state
+
+from .fleet import Actuation, Snapshot
+from .workload import RateProfile
 
 
 class PagedScaler:

@@ -21,7 +21,7 @@ import httpx
 import kopf
 from paged_platform.api import GROUP, PLURAL, VERSION
 
-from paged_operator import health
+from paged_operator import operator_metrics
 
 FIELD_MANAGER = "paged-operator"
 #: Owns only ``spec.replicas`` of the engine Deployment: the operator is its single writer.
@@ -148,7 +148,7 @@ class KubeApi:
     ) -> dict[str, Any]:
         if method != "GET" and self._fence is not None and not self._fence():
             raise NotLeading(f"{method} {path} not sent: this replica does not hold the operator's Lease")
-        health.API_REQUESTS.labels(method, resource_of(path)).inc()
+        operator_metrics.API_REQUESTS.labels(method, resource_of(path)).inc()
         response = await self._http.request(
             method,
             path,

@@ -28,13 +28,13 @@ from typing import Any
 
 from paged_platform.api.status import CONTROLLER_MEMORY_MAX_CHARS
 
-from paged_operator import budget_tuner
-from paged_operator.arbiter import ArbiterState
-from paged_operator.autoscaler import AutoscalerState, Recommendation
-from paged_operator.budget_tuner import Budgets, TuneKind, TunerState
-from paged_operator.controller_logic import ControllerSpec, ControllerState, initial_state
-from paged_operator.metrics import SampleWindow
-from paged_operator.scale_to_zero import ZeroState
+from paged_operator.policy import budget_tuner
+from paged_operator.policy.arbiter import ArbiterState
+from paged_operator.policy.autoscaler import AutoscalerState, Recommendation
+from paged_operator.policy.budget_tuner import Budgets, TuneKind, TunerState
+from paged_operator.policy.controller import ControllerSpec, ControllerState, initial_state
+from paged_operator.policy.fleet_view import SampleWindow
+from paged_operator.policy.scale_to_zero import ZeroState
 
 #: Bumped when the format changes; other versions are ignored (start fresh), never misread.
 VERSION = 1

@@ -1,7 +1,9 @@
 """Request-level fleet simulator for evaluating autoscaling policies offline (used by benchmarks and tests).
 
-Nothing in the controller imports this package: it drives the controller's pure ``decide`` (and
-baseline autoscalers) against generated traffic, so policies can be compared without a cluster.
+It lives beside the benchmarks, not in the operator package: nothing in the operator imports it. It drives the
+controller's pure ``decide`` (and baseline autoscalers) against generated traffic, so policies can be compared
+without a cluster. Benchmarks import it as ``fleet_sim`` (run from ``benchmarks/``), tests as
+``benchmarks.fleet_sim``.
 
 * ``workload``: arrival-rate profiles and request streams (gamma renewal arrivals, lognormal lengths).
 * ``engine_model``: one engine pod with continuous batching, chunked prefill, KV in tokens, preemption.

@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 import kopf
 
-from paged_operator import children
-from paged_operator.kube_io import KubeApi, collection_path, object_path
-from paged_operator.router_children import ROUTER_LABEL
+from paged_operator.clients.kube import KubeApi, collection_path, object_path
+from paged_operator.render import children
+from paged_operator.render.router import ROUTER_LABEL
 
 #: Labels every engine child carries (``children.labels``): the watches select on them.
 MANAGED = {"app.kubernetes.io/managed-by": "paged-operator", children.MODEL_DEPLOYMENT_LABEL: kopf.PRESENT}

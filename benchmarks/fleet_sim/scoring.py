@@ -16,7 +16,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from paged_operator.sim.fleet import RunRecord
+from .fleet import RunRecord
 
 FLAP_WINDOW_S = 300.0
 

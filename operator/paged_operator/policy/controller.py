@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from paged_operator import autoscaler, budget_tuner, scale_to_zero
-from paged_operator.arbiter import Action, ArbiterSpec, ArbiterState, Verdict, arbitrate
-from paged_operator.autoscaler import AutoscalerState, AutoscalingPolicySpec, ScaleDecision, ScalingLimit
-from paged_operator.budget_tuner import Budgets, BudgetSpec, TuneDecision, TunerState
-from paged_operator.metrics import EngineSample, FleetView, SampleWindow, fleet_view, is_degraded
-from paged_operator.scale_to_zero import RouterDemand, ZeroSpec, ZeroState
+from paged_operator.policy import autoscaler, budget_tuner, scale_to_zero
+from paged_operator.policy.arbiter import Action, ArbiterSpec, ArbiterState, Verdict, arbitrate
+from paged_operator.policy.autoscaler import AutoscalerState, AutoscalingPolicySpec, ScaleDecision, ScalingLimit
+from paged_operator.policy.budget_tuner import Budgets, BudgetSpec, TuneDecision, TunerState
+from paged_operator.policy.fleet_view import EngineSample, FleetView, SampleWindow, fleet_view, is_degraded
+from paged_operator.policy.scale_to_zero import RouterDemand, ZeroSpec, ZeroState
 
 
 @dataclass(frozen=True)

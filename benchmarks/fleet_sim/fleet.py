@@ -18,10 +18,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from paged_operator.budget_tuner import Budgets
-from paged_operator.metrics import EngineSample
-from paged_operator.sim.engine_model import EngineModel, Pod, SimRequest
-from paged_operator.sim.workload import RequestSpec
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.fleet_view import EngineSample
+
+from .engine_model import EngineModel, Pod, SimRequest
+from .workload import RequestSpec
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from paged_operator.autoscaler import ScaleDecision
-from paged_operator.budget_tuner import Budgets, TuneDecision, TuneKind
+from paged_operator.policy.autoscaler import ScaleDecision
+from paged_operator.policy.budget_tuner import Budgets, TuneDecision, TuneKind
 
 #: Budget changes that add capacity on every pod at once: a burst measured before them is overstated.
 RAISES = frozenset({TuneKind.RAISE_SEQS, TuneKind.RAISE_TOKENS})

@@ -19,7 +19,7 @@ from typing import Any
 
 from paged_platform.api import ImageModel, ModelDeployment, PathModel
 
-from paged_operator.model_mounts import DownloadStep, download_dir, download_step, inside
+from paged_operator.render.model_mounts import DownloadStep, download_dir, download_step, inside
 
 ADAPTER_MOUNT = "/adapters"
 ADAPTER_CACHE_VOLUME = "adapter-cache"

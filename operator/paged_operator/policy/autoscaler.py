@@ -57,7 +57,7 @@ import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from paged_operator.metrics import FleetView
+from paged_operator.policy.fleet_view import FleetView
 
 _EPS = 1e-9
 #: Demand beyond this many replicas is the same answer (clamped to max_replicas anyway).

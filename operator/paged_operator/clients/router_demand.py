@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from paged_operator.scale_to_zero import RouterDemand
+from paged_operator.policy.scale_to_zero import RouterDemand
 
 HELD = "paged_router_queue_depth"
 ARRIVALS = "paged_router_arrivals_total"

@@ -20,12 +20,12 @@ from typing import Any
 
 from paged_platform.api import API_VERSION, KIND, ModelDeployment, parse_quantity
 
-from paged_operator import pod_security
-from paged_operator.adapter_mounts import adapter_mounts
-from paged_operator.budget_tuner import Budgets
-from paged_operator.model_mounts import DOWNLOAD_CONTAINER, DownloadStep, model_mounts
-from paged_operator.policy_config import controller_spec, starting_budgets
-from paged_operator.tracing_env import tracing_args, tracing_env
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.policy.config import controller_spec, starting_budgets
+from paged_operator.render import pod_security
+from paged_operator.render.adapter_mounts import adapter_mounts
+from paged_operator.render.model_mounts import DOWNLOAD_CONTAINER, DownloadStep, model_mounts
+from paged_operator.render.tracing_env import tracing_args, tracing_env
 
 ENGINE_CONTAINER = "engine"
 HTTP_PORT_NAME = "http"

@@ -28,9 +28,9 @@ from datetime import datetime
 
 import httpx
 
-from paged_operator.budget_tuner import Budgets
-from paged_operator.kube_io import ApiError
-from paged_operator.status_builder import ConditionValue
+from paged_operator.clients.kube import ApiError
+from paged_operator.policy.budget_tuner import Budgets
+from paged_operator.status.builder import ConditionValue
 
 REASON = "APIUnavailable"
 #: Server-side failures a later attempt may not meet (the API server starting, etcd unavailable, overload).

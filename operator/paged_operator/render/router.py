@@ -15,9 +15,9 @@ from typing import Any
 
 from paged_platform.api import ModelDeployment
 
-from paged_operator import pod_security
-from paged_operator.children import HTTP_PORT_NAME, owner_reference, router_name, service_name
-from paged_operator.tracing_env import tracing_args, tracing_env
+from paged_operator.render import pod_security
+from paged_operator.render.children import HTTP_PORT_NAME, owner_reference, router_name, service_name
+from paged_operator.render.tracing_env import tracing_args, tracing_env
 
 ROUTER_CONTAINER = "router"
 ROUTER_PORT = 8080
