@@ -32,6 +32,7 @@ from paged_engine.core import KVCacheConfig, Request, Scheduler, SchedulerConfig
 from paged_engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from paged_engine.sampling_params import SamplingParams
 from paged_platform.bench.datasets import sharegpt_lengths
+from paged_platform.engine_contract.budgets import MAX_NUM_SEQS_BOUNDS
 
 
 @dataclass
@@ -85,7 +86,7 @@ def run_paged(pairs: list[tuple[int, int]], args: argparse.Namespace) -> Trace:
     num_blocks = args.budget_tokens // args.block_size + 1  # + the null block
     config = SchedulerConfig(
         max_num_batched_tokens=max(args.max_model_len, 16384),
-        max_num_seqs=min(len(pairs), 65_536),
+        max_num_seqs=min(len(pairs), MAX_NUM_SEQS_BOUNDS.high),  # the KV budget binds long before
         max_model_len=args.max_model_len,
         enable_prefix_caching=False,
     )

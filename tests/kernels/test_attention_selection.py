@@ -61,11 +61,11 @@ def test_contradictions_are_start_up_errors(requested, shape, kernels, message) 
 
 
 def test_an_unbuildable_extension_reads_as_unavailable(monkeypatch) -> None:
-    from paged_engine.engine import engine_core
+    from paged_engine.engine import startup
     from paged_engine.kernels import ops
 
     def no_compiler():  # type: ignore[no-untyped-def]
         raise ops.KernelBuildError("no C++ compiler (c++ or $CXX) on PATH")
 
     monkeypatch.setattr(ops, "load", no_compiler)
-    assert engine_core.kernel_build() == KernelBuild(False, why_unavailable="no C++ compiler (c++ or $CXX) on PATH")
+    assert startup.kernel_build() == KernelBuild(False, why_unavailable="no C++ compiler (c++ or $CXX) on PATH")

@@ -10,7 +10,7 @@ attention capped to AVX2). On an AVX2-only Zen 3 the FMA attention kernels, whic
 probabilities in fp32 for the value product, measured 1.38x; rounded to bf16 there, as transformers' SDPA and our
 AMX variant round them, 1.03x. Transformers' own bf16 agrees with its fp32 at 98.1-98.4 % (Zen 4, the AMX Xeon), so
 no bf16 path that rounds differently inside its GEMMs reaches 99 % against it, and ``--dtype auto`` keeps fp32 on
-the CPU (docs/benchmarks.md). Top-1 agreement is still held to a floor against both references.
+the CPU (docs/benchmarks.md#quality-gates). Top-1 agreement is still held to a floor against both references.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ def test_minimal_object_is_useful() -> None:
     spec = md.spec
     assert spec.model.name == "default" and spec.model.resolved_served_name == "gemma-3-270m"
     assert (spec.replicas.min, spec.replicas.max) == (1, 1)
-    assert spec.scheduler_budget.max_num_seqs <= spec.scheduler_budget.max_num_batched_tokens
+    start = spec.starting_budgets()  # unset budgets: the engine contract's rule for a CPU server
+    assert (start.max_num_seqs, start.max_num_batched_tokens) == (128, 512)
     assert spec.service.port == 8000
 
 
@@ -87,7 +88,12 @@ INVALID = [
         "maxNumSeqs must lie within adaptive.maxNumSeqs bounds",
     ),
     (
-        {"schedulerBudget": {"adaptive": {"enabled": True, "maxNumBatchedTokens": {"min": 4096}}}},
+        {
+            "schedulerBudget": {
+                "maxNumBatchedTokens": 2048,
+                "adaptive": {"enabled": True, "maxNumBatchedTokens": {"min": 4096}},
+            }
+        },
         "maxNumBatchedTokens must lie within adaptive.maxNumBatchedTokens bounds",
     ),
     ({"schedulerBudget": {"adaptive": {"maxNumSeqs": {"min": 9, "max": 8}}}}, "bounds: min must not exceed max"),

@@ -1,4 +1,5 @@
-"""The engine core: requests, block pool, prefix cache, KV-cache manager and scheduler. Pure Python, no torch."""
+"""The scheduling core: requests, block pool, prefix cache, KV-cache manager and scheduler. Pure Python, no torch.
+Runs in the engine-core process (in the user's process for ``LLM``)."""
 
 from .block_pool import BlockPool, KVBlock
 from .engine_core_output import EngineCoreOutput
@@ -6,7 +7,7 @@ from .kv_cache_manager import ComputedBlocks, KVCacheManager, SlotAllocation
 from .kv_cache_spec import FullAttentionSpec, KVCacheConfig, KVCacheGroup, SlidingWindowSpec
 from .request import FinishReason, Request, RequestStatus
 from .scheduler import RequestValidationError, Scheduler, StepResult
-from .scheduler_config import SchedulerConfig, SchedulerConfigError
+from .scheduler_config import SchedulerConfig, SettingError
 from .stats import SchedulerStats
 
 __all__ = [
@@ -24,8 +25,8 @@ __all__ = [
     "RequestValidationError",
     "Scheduler",
     "SchedulerConfig",
-    "SchedulerConfigError",
     "SchedulerStats",
+    "SettingError",
     "SlidingWindowSpec",
     "SlotAllocation",
     "StepResult",

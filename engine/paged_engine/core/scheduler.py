@@ -35,7 +35,7 @@ from .kv_cache_manager import ComputedBlocks, KVCacheManager, SlotAllocation
 from .kv_cache_spec import KVCacheConfig
 from .request import FinishReason, Request, RequestStatus, child_request_id
 from .request_queue import make_queue
-from .scheduler_config import SchedulerConfig, SchedulerConfigError
+from .scheduler_config import SchedulerConfig, SettingError
 from .scheduler_output import CachedRequestData, Logprobs, ModelRunnerOutput, NewRequestData, SchedulerOutput
 from .stats import SchedulerStats
 from .stop_conditions import check_stop
@@ -58,11 +58,9 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, kv_cache_config: KVCacheConfig) -> None:
         config.validate()
         if config.max_model_len is None:
-            raise SchedulerConfigError("max_model_len", "the scheduler needs max_model_len resolved (the model's)")
-        if config.max_num_batched_tokens is None:
-            raise SchedulerConfigError(
-                "max_num_batched_tokens", "the scheduler needs max_num_batched_tokens resolved (with_default_budget)"
-            )
+            raise SettingError("max_model_len", "the scheduler needs max_model_len resolved (the model's)")
+        if config.max_num_seqs is None or config.max_num_batched_tokens is None:
+            raise SettingError("max_num_batched_tokens", "the scheduler needs its budgets resolved (.resolved())")
         self.config = config
         self.kv = KVCacheManager(kv_cache_config, config.enable_prefix_caching, config.hash_algorithm)
         self.requests: dict[str, Request] = {}
@@ -186,10 +184,11 @@ class Scheduler:
             raise RequestValidationError("prompt", f"request {rid!r}: the prompt must contain at least one token")
         if request.num_output_tokens != 0 or request.num_computed_tokens != 0:
             raise RequestValidationError("request", f"request {rid!r} was already scheduled once")
-        if num_prompt > cfg.max_model_len:
+        if num_prompt >= cfg.max_model_len:  # as the front-ends' RequestLimits: room for at least one output token
             raise RequestValidationError(
                 "prompt",
-                f"request {rid!r}: prompt of {num_prompt} tokens is longer than max_model_len={cfg.max_model_len}",
+                f"request {rid!r}: prompt of {num_prompt} tokens leaves no room for output in "
+                f"max_model_len={cfg.max_model_len}",
             )
         if params.max_tokens is not None and params.max_tokens < 1:
             raise RequestValidationError("max_tokens", f"max_tokens must be at least 1, got {params.max_tokens}")

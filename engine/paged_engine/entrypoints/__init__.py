@@ -1,1 +1,1 @@
-"""User-facing entry points: the offline :class:`LLM` API."""
+"""User-facing entry points: the offline :class:`LLM` API, running the engine core in the user's own process."""

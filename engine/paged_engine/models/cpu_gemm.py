@@ -8,7 +8,7 @@ go into our panel kernel's layout (``paged::panel_linear``, csrc/cpu/gemm.h): on
 0.9-1.5x at 16 and 0.77-0.97x at 512-2048. Where our kernels do not load, and for bf16,
 oneDNN's packed layout is used. Packing replaces the dense weight, so it costs no extra memory. A tied head in
 panels also serves the embedding lookups (``PanelEmbedding``); a tied head oneDNN packs is opaque, so there the
-embedding keeps its dense rows. Figures: docs/benchmarks.md (``benchmarks/bench_gemm.py``).
+embedding keeps its dense rows. Figures: docs/benchmarks.md#gemm (``benchmarks/bench_gemm.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Batched sampling: metadata built once per step, one sampler call over every sampling row."""
+"""Batched sampling: metadata built once per step, one sampler call over every sampling row. Runs in the
+engine-core process, on the rank that samples."""
 
 from paged_engine.sample.grammar_mask import StructuredOutput
 from paged_engine.sample.logprobs import LogprobsTensors, prompt_logprobs

@@ -15,13 +15,14 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Annotated, Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from paged_engine.output_processor import ChoiceState
 from paged_engine.server.engine_client import EngineDeadError
 from paged_engine.server.errors import APIError, anthropic_error_type, bad_request
 from paged_engine.server.protocol import ChatCompletionRequest
 from paged_engine.server.serving import Serving
 from paged_engine.tools import ToolCall, ToolPlan
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 PATH = "/v1/messages"
 

@@ -17,10 +17,11 @@ import multiprocessing.process
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 import zmq
 import zmq.asyncio
+
 from paged_engine import wire
 from paged_engine.core import EngineCoreOutput
 from paged_engine.core.stats import SchedulerStats
@@ -73,7 +74,7 @@ class EngineClient:
         self._output.connect(output_address)
         self._on_stats = on_stats
         self._streams: OutputRouter[RequestStream] = OutputRouter()
-        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._calls: dict[int, asyncio.Future[wire.ControlReply]] = {}
         self._call_ids = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
         self.dead = False
@@ -88,7 +89,7 @@ class EngineClient:
     def num_in_flight(self) -> int:
         return len(self._streams)
 
-    async def wait_ready(self, timeout: float) -> dict[str, Any]:
+    async def wait_ready(self, timeout: float) -> wire.EngineInfo:
         """Waits for the core's READY message (model loaded); raises with the core's own message on failure."""
         poller = zmq.asyncio.Poller()
         poller.register(self._output, zmq.POLLIN)
@@ -157,17 +158,41 @@ class EngineClient:
         if live and not self.dead:
             self._input.send(wire.encode(wire.AbortRequests(live)))
 
-    async def call(self, method: str, timeout: float = 10.0, **args: Any) -> Any:
+    async def _call(self, make: Callable[[int], wire.ControlCall], timeout: float = 10.0) -> wire.ControlReply:
+        """Sends the call ``make(call_id)`` and waits for its reply; a refusal raises ``ControlError``."""
         if self.dead:
             raise EngineDeadError("the engine core is not running")
         call_id = next(self._call_ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[wire.ControlReply] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = future
-        await self._input.send(wire.encode(wire.ControlCall(call_id, method, args)))
+        await self._input.send(wire.encode(make(call_id)))
         try:
-            return await asyncio.wait_for(future, timeout)
+            reply = await asyncio.wait_for(future, timeout)
         finally:
             self._calls.pop(call_id, None)
+        if isinstance(reply, wire.ControlFailed):
+            raise ControlError(reply.message, reply.status, reply.param)
+        return reply
+
+    async def get_budgets(self) -> wire.BudgetsReply:
+        return _expect(await self._call(wire.GetBudgets), wire.BudgetsReply)
+
+    async def set_budgets(self, max_num_seqs: int | None, max_num_batched_tokens: int | None) -> wire.BudgetsReply:
+        """Both or neither; the engine checks them against the contract and its live limits."""
+        reply = await self._call(lambda call_id: wire.SetBudgets(call_id, max_num_seqs, max_num_batched_tokens))
+        return _expect(reply, wire.BudgetsReply)
+
+    async def list_loras(self) -> list[wire.LoraInfo]:
+        return _expect(await self._call(wire.ListLoras), wire.LorasReply).loras
+
+    async def load_lora(self, name: str, path: str, timeout: float) -> list[wire.LoraInfo]:
+        """Loads an adapter; returns the adapters loaded afterwards."""
+        reply = await self._call(lambda call_id: wire.LoadLora(call_id, name, path), timeout)
+        return _expect(reply, wire.LorasReply).loras
+
+    async def unload_lora(self, name: str, timeout: float) -> list[wire.LoraInfo]:
+        reply = await self._call(lambda call_id: wire.UnloadLora(call_id, name), timeout)
+        return _expect(reply, wire.LorasReply).loras
 
     async def _read_outputs(self) -> None:
         while True:
@@ -180,13 +205,10 @@ class EngineClient:
                 if message.stats is not None:
                     ipc = {"ipc_decode": time.perf_counter() - start}  # decoding and routing one step's outputs
                     self._on_stats(dataclasses.replace(message.stats, step_phases={**message.stats.step_phases, **ipc}))
-            elif isinstance(message, wire.ControlReply):
+            elif isinstance(message, wire.BudgetsReply | wire.LorasReply | wire.ControlFailed):
                 future = self._calls.get(message.call_id)
                 if future is not None and not future.done():
-                    if message.error is not None:
-                        future.set_exception(ControlError(message.error, message.status, message.param))
-                    else:
-                        future.set_result(message.result)
+                    future.set_result(message)
 
     def _route(self, out: EngineCoreOutput) -> None:
         for sid, stream in self._streams.route(out):
@@ -209,3 +231,13 @@ class EngineClient:
                 future.set_exception(EngineDeadError("the engine core died"))
         if self.on_death is not None:
             self.on_death()
+
+
+R = TypeVar("R")
+
+
+def _expect(reply: wire.ControlReply, kind: type[R]) -> R:
+    """The reply as the type its call answers with (anything else is a protocol error, not a user's)."""
+    if not isinstance(reply, kind):
+        raise RuntimeError(f"the engine core answered with {type(reply).__name__}, expected {kind.__name__}")
+    return reply

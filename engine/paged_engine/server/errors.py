@@ -6,8 +6,9 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from paged_engine.server.protocol import ErrorBody, ErrorResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from paged_engine.server.protocol import ErrorBody, ErrorResponse
 
 
 class APIError(Exception):

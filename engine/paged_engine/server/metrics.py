@@ -7,7 +7,8 @@ latencies from the API server's own timestamps of each request's life.
 
 from __future__ import annotations
 
-from paged_engine.core.stats import SchedulerStats
+from paged_platform import metric_names as names
+from paged_platform.engine_contract.budgets import BudgetLimits
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -19,6 +20,8 @@ from prometheus_client import (
     platform_collector,
     process_collector,
 )
+
+from paged_engine.core.stats import SchedulerStats
 
 disable_created_metrics()  # the *_created series only double the scrape size
 
@@ -43,31 +46,33 @@ class EngineMetrics:
         def gauge(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, labels, registry=r).labels(model_name)
 
-        def counter(name: str, doc: str) -> Counter:
-            return Counter(name, doc, labels, registry=r).labels(model_name)
+        def counter(name: str, doc: str) -> Counter:  # ``name`` as exposed, with its _total suffix
+            return Counter(name.removesuffix("_total"), doc, labels, registry=r).labels(model_name)
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, labels, buckets=buckets, registry=r).labels(model_name)
 
-        self.kv_cache_usage = gauge("paged_kv_cache_usage_ratio", "Used KV-cache blocks / total blocks (0-1).")
-        self.running = gauge("paged_requests_running", "Requests in the scheduler's running queue.")
-        self.waiting = gauge("paged_requests_waiting", "Requests waiting to be scheduled.")
-        self.max_num_seqs = gauge("paged_scheduler_max_num_seqs", "Current scheduler budget: sequences per step.")
-        self.max_num_batched_tokens = gauge(
-            "paged_scheduler_max_num_batched_tokens", "Current scheduler budget: tokens per step."
+        self.kv_cache_usage = gauge(names.KV_USAGE, "Used KV-cache blocks / total blocks (0-1).")
+        self.running = gauge(names.RUNNING, "Requests in the scheduler's running queue.")
+        self.waiting = gauge(names.WAITING, "Requests waiting to be scheduled.")
+        self.max_num_seqs = gauge(names.MAX_NUM_SEQS, "Current scheduler budget: sequences per step.")
+        self.max_num_batched_tokens = gauge(names.MAX_NUM_BATCHED_TOKENS, "Current scheduler budget: tokens per step.")
+        self.max_num_seqs_limit = gauge(names.MAX_NUM_SEQS_LIMIT, "Highest max_num_seqs the admin API accepts.")
+        self.max_num_batched_tokens_limit = gauge(
+            names.MAX_NUM_BATCHED_TOKENS_LIMIT, "Highest max_num_batched_tokens the admin API accepts."
         )
-        self.preemptions = counter("paged_preemptions", "Requests preempted by recompute.")
-        self.prefix_queries = counter("paged_prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
-        self.prefix_hits = counter("paged_prefix_cache_hits", "Prompt tokens found in the prefix cache.")
-        self.prompt_tokens = counter("paged_prompt_tokens", "Prompt tokens processed.")
-        self.generation_tokens = counter("paged_generation_tokens", "Tokens generated.")
+        self.preemptions = counter(names.PREEMPTIONS, "Requests preempted by recompute.")
+        self.prefix_queries = counter(names.PREFIX_QUERIES, "Prompt tokens looked up in the prefix cache.")
+        self.prefix_hits = counter(names.PREFIX_HITS, "Prompt tokens found in the prefix cache.")
+        self.prompt_tokens = counter(names.PROMPT_TOKENS, "Prompt tokens processed.")
+        self.generation_tokens = counter(names.GENERATION_TOKENS, "Tokens generated.")
         success = Counter(
-            "paged_request_success", "Finished requests by finish reason.", ["model_name", "finished_reason"],
-            registry=r,
+            names.FINISHED.removesuffix("_total"), "Finished requests by finish reason.",
+            ["model_name", "finished_reason"], registry=r,
         )  # fmt: skip
         self.request_success = {reason: success.labels(model_name, reason) for reason in FINISH_REASONS}
-        self.ttft = histogram("paged_time_to_first_token_seconds", "Time to first token.", _LATENCY_BUCKETS)
-        self.itl = histogram("paged_inter_token_latency_seconds", "Time between output tokens.", _ITL_BUCKETS)
+        self.ttft = histogram(names.TTFT, "Time to first token.", _LATENCY_BUCKETS)
+        self.itl = histogram(names.ITL, "Time between output tokens.", _ITL_BUCKETS)
         self.e2e = histogram("paged_e2e_request_latency_seconds", "End-to-end request latency.", _LATENCY_BUCKETS)
         self.queue_time = histogram(
             "paged_request_queue_time_seconds", "Time a request waited before first scheduled.", _LATENCY_BUCKETS
@@ -116,6 +121,10 @@ class EngineMetrics:
     def observe_budgets(self, max_num_seqs: int, max_num_batched_tokens: int) -> None:
         self.max_num_seqs.set(max_num_seqs)
         self.max_num_batched_tokens.set(max_num_batched_tokens)
+
+    def observe_limits(self, limits: BudgetLimits) -> None:
+        self.max_num_seqs_limit.set(limits.max_num_seqs)
+        self.max_num_batched_tokens_limit.set(limits.max_num_batched_tokens)
 
     def observe_finished(self, *, finish_reason: str, e2e_seconds: float, queue_seconds: float | None) -> None:
         self.request_success[finish_reason if finish_reason in self.request_success else "abort"].inc()

@@ -11,9 +11,10 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from paged_engine.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputParams
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.json_schema import SkipJsonSchema
+
+from paged_engine.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputParams
 
 # Limits that depend on the loaded model: the schema marks the fields, and ``server/openapi.py`` writes the
 # model's figures into the served schema (the validation itself is ``RequestLimits``, in the API server).

@@ -15,6 +15,17 @@ from pydantic import ConfigDict, Field
 from paged_platform.api.adapters import MAX_ADAPTERS, Adapter
 from paged_platform.api.base import ApiModel, IntOrPercent, Quantity, cel
 from paged_platform.api.model_source import DNS_SUBDOMAIN_PATTERN, ModelSource, SecretKeyRef, SecretRef
+from paged_platform.engine_contract.budgets import (
+    CPU_SERVING_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    LIVE_MAX_NUM_SEQS_FLOOR,
+    MAX_NUM_BATCHED_TOKENS_BOUNDS,
+    MAX_NUM_SEQS_BOUNDS,
+    BudgetLimits,
+    Budgets,
+    resolve_budgets,
+)
 from paged_platform.tracing_contract import DEFAULT_PROTOCOL, Exporter, OtlpProtocol
 
 DEFAULT_ENGINE_IMAGE = "ghcr.io/paged/paged-engine:0.1.0"
@@ -157,61 +168,82 @@ class _Bounds(ApiModel):
 class SeqsBounds(_Bounds):
     """Range the tuner may move `maxNumSeqs` in."""
 
-    min: int = Field(1, ge=1, le=4096)
-    max: int = Field(256, ge=1, le=4096)
+    min: int = Field(1, ge=MAX_NUM_SEQS_BOUNDS.low, le=MAX_NUM_SEQS_BOUNDS.high)
+    max: int = Field(LIVE_MAX_NUM_SEQS_FLOOR, ge=MAX_NUM_SEQS_BOUNDS.low, le=MAX_NUM_SEQS_BOUNDS.high)
 
 
 class BatchedTokensBounds(_Bounds):
     """Range the tuner may move `maxNumBatchedTokens` in."""
 
-    min: int = Field(256, ge=16, le=1_048_576)
-    max: int = Field(16384, ge=16, le=1_048_576)
+    min: int = Field(256, ge=MAX_NUM_BATCHED_TOKENS_BOUNDS.low, le=MAX_NUM_BATCHED_TOKENS_BOUNDS.high)
+    max: int = Field(16384, ge=MAX_NUM_BATCHED_TOKENS_BOUNDS.low, le=MAX_NUM_BATCHED_TOKENS_BOUNDS.high)
 
 
 class AdaptiveBudget(ApiModel):
-    """Let the operator's budget tuner move the scheduler budget inside bounds."""
+    """Let the operator's budget tuner move the scheduler budget inside bounds (the engines are started with live
+    limits that admit them)."""
 
     enabled: bool = False
     max_num_seqs: SeqsBounds = _sub(SeqsBounds)
     max_num_batched_tokens: BatchedTokensBounds = _sub(BatchedTokensBounds)
 
+    def ceiling(self) -> BudgetLimits | None:
+        """The highest budgets the tuner may set; None when it is off."""
+        if not self.enabled:
+            return None
+        return BudgetLimits(self.max_num_seqs.max, self.max_num_batched_tokens.max)
+
 
 class SchedulerBudget(ApiModel):
-    """The engine scheduler's per-step budget; the starting point when `adaptive` is on."""
+    """The engine scheduler's per-step budget; the starting point when `adaptive` is on. Unset values take the
+    engine's own defaults (the engine contract's rule)."""
 
-    max_num_seqs: int = Field(64, ge=1, le=4096)
-    """Most sequences in one engine step."""
-    max_num_batched_tokens: int = Field(2048, ge=16, le=1_048_576)
-    """Most tokens (prefill + decode) in one engine step."""
+    max_num_seqs: int | None = Field(
+        None, ge=MAX_NUM_SEQS_BOUNDS.low, le=MAX_NUM_SEQS_BOUNDS.high,
+        description=f"Most sequences in one engine step; unset: {DEFAULT_MAX_NUM_SEQS}, or maxNumBatchedTokens if "
+        "lower.",
+    )  # fmt: skip
+    max_num_batched_tokens: int | None = Field(
+        None, ge=MAX_NUM_BATCHED_TOKENS_BOUNDS.low, le=MAX_NUM_BATCHED_TOKENS_BOUNDS.high,
+        description=f"Most tokens (prefill + decode) in one engine step; unset: the engine's rule for its device, "
+        f"{CPU_SERVING_MAX_NUM_BATCHED_TOKENS} on a CPU and {DEFAULT_MAX_NUM_BATCHED_TOKENS} on a GPU, or maxNumSeqs "
+        "if higher.",
+    )  # fmt: skip
     adaptive: AdaptiveBudget = _sub(AdaptiveBudget)
 
+    def resolve(self, device_type: str) -> Budgets:
+        """The budgets an engine on ``device_type`` (``cpu``, ``cuda``) starts with from this spec."""
+        return resolve_budgets(self.max_num_seqs, self.max_num_batched_tokens, device_type=device_type, serving=True)
+
     @cel(
-        "self.maxNumBatchedTokens >= self.maxNumSeqs",
+        "!has(self.maxNumSeqs) || !has(self.maxNumBatchedTokens) || self.maxNumBatchedTokens >= self.maxNumSeqs",
         "schedulerBudget.maxNumBatchedTokens must be at least maxNumSeqs (each sequence needs a token per step)",
         field_path=".maxNumBatchedTokens",
     )
     def _tokens_cover_seqs(self) -> bool:
-        return self.max_num_batched_tokens >= self.max_num_seqs
+        seqs, tokens = self.max_num_seqs, self.max_num_batched_tokens
+        return seqs is None or tokens is None or tokens >= seqs
 
     @cel(
-        "!self.adaptive.enabled || (self.maxNumSeqs >= self.adaptive.maxNumSeqs.min"
+        "!self.adaptive.enabled || !has(self.maxNumSeqs) || (self.maxNumSeqs >= self.adaptive.maxNumSeqs.min"
         " && self.maxNumSeqs <= self.adaptive.maxNumSeqs.max)",
         "schedulerBudget.maxNumSeqs must lie within adaptive.maxNumSeqs bounds",
         field_path=".maxNumSeqs",
     )
     def _seqs_in_bounds(self) -> bool:
-        bounds = self.adaptive.max_num_seqs
-        return not self.adaptive.enabled or bounds.min <= self.max_num_seqs <= bounds.max
+        bounds, seqs = self.adaptive.max_num_seqs, self.max_num_seqs
+        return not self.adaptive.enabled or seqs is None or bounds.min <= seqs <= bounds.max
 
     @cel(
-        "!self.adaptive.enabled || (self.maxNumBatchedTokens >= self.adaptive.maxNumBatchedTokens.min"
+        "!self.adaptive.enabled || !has(self.maxNumBatchedTokens)"
+        " || (self.maxNumBatchedTokens >= self.adaptive.maxNumBatchedTokens.min"
         " && self.maxNumBatchedTokens <= self.adaptive.maxNumBatchedTokens.max)",
         "schedulerBudget.maxNumBatchedTokens must lie within adaptive.maxNumBatchedTokens bounds",
         field_path=".maxNumBatchedTokens",
     )
     def _tokens_in_bounds(self) -> bool:
-        bounds = self.adaptive.max_num_batched_tokens
-        return not self.adaptive.enabled or bounds.min <= self.max_num_batched_tokens <= bounds.max
+        bounds, tokens = self.adaptive.max_num_batched_tokens, self.max_num_batched_tokens
+        return not self.adaptive.enabled or tokens is None or bounds.min <= tokens <= bounds.max
 
 
 class RolloutSpec(ApiModel):
@@ -346,6 +378,15 @@ class ModelDeploymentSpec(ApiModel):
     tracing: TracingSpec = _sub(TracingSpec)
     pod: PodSettings = _sub(PodSettings)
     auth: AuthSpec = _sub(AuthSpec)
+
+    @property
+    def device_type(self) -> str:
+        """``cuda`` when the replicas ask for GPUs, else ``cpu``: what the engine's per-device defaults depend on."""
+        return "cuda" if self.resources.gpus > 0 else "cpu"
+
+    def starting_budgets(self) -> Budgets:
+        """The budgets the engines start with before any tuning: the spec's, unset ones by the engine's rule."""
+        return self.scheduler_budget.resolve(self.device_type)
 
     @cel("self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
          "spec.adapters: every adapter needs a name of its own")  # fmt: skip
