@@ -62,7 +62,10 @@ def test_limits_admit_the_start_and_the_ceiling(start_seqs: int, extra: int, cei
     limits = limits_for_ceiling(start, ceiling)
     assert limits.admits(start)
     if ceiling is not None:
-        assert limits.max_num_seqs >= ceiling.max_num_seqs and limits.max_num_batched_tokens >= ceiling.max_num_batched_tokens
+        assert (
+            limits.max_num_seqs >= ceiling.max_num_seqs
+            and limits.max_num_batched_tokens >= ceiling.max_num_batched_tokens
+        )
     # an engine started with these limits as flags gets exactly them
     assert live_limits(start, limits.max_num_seqs, limits.max_num_batched_tokens) == limits
 
