@@ -1,6 +1,8 @@
-"""The engine's Prometheus series that the operator and `paged-ctl` read (the metric contract in docs/design.md).
+"""The Prometheus series that paged's readers use: the operator, the router, `paged-ctl` and the benchmarks (the
+metric contract in DESIGN.md).
 
-One list for both readers, so a rename is one edit here plus the engine's own ``server/metrics.py``.
+One list for every reader, so a rename is one edit here plus the writer: the engine's ``server/metrics.py``, or
+the router's ``router/metrics.py`` for the ``paged_router_*`` series.
 """
 
 KV_USAGE = "paged_kv_cache_usage_ratio"
@@ -16,3 +18,9 @@ TTFT = "paged_time_to_first_token_seconds"
 ITL = "paged_inter_token_latency_seconds"
 MAX_NUM_SEQS = "paged_scheduler_max_num_seqs"
 MAX_NUM_BATCHED_TOKENS = "paged_scheduler_max_num_batched_tokens"
+STEP_PHASE = "paged_step_phase_seconds"  # histogram, label ``phase``: where an engine step's time went
+ENGINE_INFO = "paged_engine_info"  # labels only: dtype, CPU kernel variant, GEMM backend, ...
+
+# The router's demand, read by the operator to scale a ModelDeployment from and to zero.
+ROUTER_QUEUE_DEPTH = "paged_router_queue_depth"
+ROUTER_ARRIVALS = "paged_router_arrivals_total"
