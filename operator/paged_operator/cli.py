@@ -27,12 +27,16 @@ from pathlib import Path
 import kopf
 from aiohttp import web
 
-from paged_operator import admin_token, operator_metrics
+from paged_operator import (
+    admin_token,
+    handlers,  # noqa: F401  registers the kopf handlers that kopf.operator runs
+    operator_metrics,
+)
 from paged_operator.clients import child_reads
 from paged_operator.clients.kube import KubeApi
-from paged_operator.handlers import Options, Shared
 from paged_operator.leadership.leader import LeaderElector
 from paged_operator.leadership.lease import LeaseSpec
+from paged_operator.shared import Options, Shared
 
 log = logging.getLogger(__name__)
 

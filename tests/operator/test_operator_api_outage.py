@@ -16,8 +16,10 @@ import kopf
 import pytest
 from paged_operator import handlers
 from paged_operator.clients.kube import REPLICAS_FIELD_MANAGER, ApiError, KubeApi
+from paged_operator.control_loop import ControlLoop
 from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.render import children
+from paged_operator.shared import Options, Shared
 from paged_operator.status import api_outage
 
 from tests.operator.operator_exposition import exposition
@@ -136,10 +138,10 @@ async def test_through_an_outage_nothing_in_force_changes_and_the_gap_is_reporte
     md = handlers._parse(body)
     cluster, engines = Cluster("m"), Engines()
     clock = [1_800_000_000.0]
-    shared = handlers.Shared(options=handlers.Options(token_key=b"k" * 32), clock=lambda: clock[0])
+    shared = Shared(options=Options(token_key=b"k" * 32), clock=lambda: clock[0])
     shared._kube = KubeApi(httpx.AsyncClient(base_url="https://api", transport=httpx.MockTransport(cluster.handle)))
     shared._http = httpx.AsyncClient(transport=httpx.MockTransport(engines.handle))
-    loop = handlers.ControlLoop(shared, reads=cluster)
+    loop = ControlLoop(shared, reads=cluster)
 
     async def step() -> None:
         clock[0] += 5
@@ -187,7 +189,7 @@ def test_kopf_retries_its_requests_for_as_long_as_the_api_server_is_away() -> No
     """kopf gives a request up once its backoffs run out, and a watch given up on a 5xx is not restarted: the
     operator's backoffs never run out, and each request starts from the first step (kopf iterates afresh)."""
     settings = kopf.OperatorSettings()
-    handlers.configure(settings=settings, memo=kopf.Memo(shared=handlers.Shared()))
+    handlers.configure(settings=settings, memo=kopf.Memo(shared=Shared()))
     backoffs = settings.networking.error_backoffs
     assert not isinstance(backoffs, float | int) and not isinstance(backoffs, Sized)  # kopf counts no last attempt
     first = list(itertools.islice(backoffs, 1000))

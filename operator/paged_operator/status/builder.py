@@ -221,6 +221,13 @@ def external_scaler(writer: str, floor: int) -> ConditionValue:
     )
 
 
+def set_condition(
+    status: ModelDeploymentStatus, type_: str, value: ConditionValue, now: datetime, generation: int | None
+) -> None:
+    """Set one condition to ``value``, claiming ``generation`` as observed."""
+    status.set_condition(type_, value.status, value.reason, value.message, now=now, observed_generation=generation)
+
+
 def budget_push_condition(failed: Mapping[str, str]) -> ConditionValue | None:
     """``Degraded`` while a budget push missed serving engines (pod → why); None when every push landed. The
     pods that missed it keep their budget, and the next decision pushes to them again."""
