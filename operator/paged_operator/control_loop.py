@@ -33,7 +33,7 @@ from paged_operator.clients import router_demand
 from paged_operator.clients.child_reads import ApiReads, ChildReads
 from paged_operator.clients.engine_admin import EngineAdmin, EnginePod, engine_pod
 from paged_operator.clients.kube import ApiError, NotLeading, post_warning
-from paged_operator.clients.metrics_source import MetricsSource, PodScraper, ScrapeResult
+from paged_operator.clients.metrics_source import MetricsSource, PodScraper, PrometheusSource, ScrapeResult
 from paged_operator.policy import budget_tuner
 from paged_operator.policy import memory as controller_memory
 from paged_operator.policy.budget_tuner import Budgets
@@ -195,15 +195,23 @@ class ControlLoop:
     async def _scrape(self, md: ModelDeployment, serving: list[EnginePod]) -> ScrapeResult:
         """The serving engines' metrics; the pods that gave none are counted and logged (the decision goes on)."""
         namespace = md.metadata.namespace or ""
-        scraped = await self._metrics_source().collect([p.metrics_target for p in serving])
+        scraped = await self._metrics_source(namespace).collect([p.metrics_target for p in serving])
         if scraped.failures:
             operator_metrics.SCRAPE_FAILURES.labels(namespace).inc(len(scraped.failures))
             log.warning("%s/%s: metrics scrape failed: %s", namespace, md.metadata.name, _pods_why(scraped.failures))
         return scraped
 
-    def _metrics_source(self) -> MetricsSource:
-        options = self.shared.options
-        return PodScraper(self.shared.http, timeout_s=options.scrape_timeout_s, clock=self.shared.clock)
+    def _metrics_source(self, namespace: str) -> MetricsSource:
+        """Each serving pod's ``/metrics``; with ``--prometheus-url`` the Prometheus server that scrapes them, which
+        a large fleet's pods are then spared (their series picked by the ``namespace`` and ``pod`` labels that a
+        PodMonitor or ServiceMonitor attaches)."""
+        options, http, clock = self.shared.options, self.shared.http, self.shared.clock
+        if options.prometheus_url is None:
+            return PodScraper(http, timeout_s=options.scrape_timeout_s, clock=clock)
+        labels = {"namespace": namespace}
+        return PrometheusSource(
+            http, options.prometheus_url, labels=labels, timeout_s=options.prometheus_timeout_s, clock=clock
+        )
 
     async def _router_demand(self, reads: ChildReads, md: ModelDeployment) -> RouterDemand | None:
         """What the ModelDeployment's routers hold and received (None when none answered)."""

@@ -27,6 +27,9 @@ class Options:
     pending_timeout_s: float = 120.0
     clusterwide: bool = True
     token_key: bytes | None = None  # derives the engines' admin tokens (``admin_token``)
+    # Read the engines' series from this Prometheus server's query API; None: scrape each pod's /metrics.
+    prometheus_url: str | None = None
+    prometheus_timeout_s: float = 5.0  # for one round of queries (one per series, all at once)
 
 
 @dataclass
