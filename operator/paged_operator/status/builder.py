@@ -42,16 +42,6 @@ class ConditionValue:
     message: str
 
 
-@dataclass(frozen=True)
-class PodCounts:
-    """Engine pods of one ModelDeployment: ``total`` exist (not terminating), ``ready`` serve, ``starting`` do not
-    serve yet."""
-
-    total: int
-    ready: int
-    starting: int
-
-
 def pod_is_ready(pod: Mapping[str, Any]) -> bool:
     """Kubernetes' view: running, Ready condition true, an IP, not being deleted."""
     status = pod.get("status") or {}
