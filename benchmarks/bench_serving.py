@@ -32,7 +32,8 @@ from pathlib import Path
 import httpx
 from paged_engine.kernels.cpu_isa import describe_cpu
 from paged_platform.bench.step_breakdown import PhaseRow, breakdown, format_breakdown, scrape_phases
-from prometheus_client.parser import text_string_to_metric_families
+from paged_platform.metric_names import ENGINE_INFO
+from paged_platform.prometheus_text import parse
 
 VENV_BIN = Path(sys.executable).parent
 SERVED_NAME = "bench-model"
@@ -149,10 +150,8 @@ def _bytes(size: str) -> int:
 
 def engine_info(url: str) -> dict[str, str]:
     """The labels of a paged server's ``paged_engine_info`` (dtype, CPU kernel variant, GEMM backend, ...)."""
-    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
-        if family.name == "paged_engine_info" and family.samples:
-            return dict(family.samples[0].labels)
-    return {}
+    info = parse(httpx.get(f"{url}/metrics", timeout=10).text, names=(ENGINE_INFO,))
+    return dict(info[0].labels) if info else {}
 
 
 def run_bench(url: str, folder: Path, bench_args: list[str]) -> dict:

@@ -31,7 +31,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from paged_operator.policy.budget_tuner import Budgets
-from paged_operator.policy.fleet_view import EngineSample, Histogram
+from paged_operator.policy.fleet_view import EngineSample
+from paged_platform.prometheus_text import Histogram
 
 from .workload import RequestSpec
 

@@ -27,12 +27,16 @@ from pathlib import Path
 import kopf
 from aiohttp import web
 
-from paged_operator import admin_token, operator_metrics
+from paged_operator import (
+    admin_token,
+    handlers,  # noqa: F401  registers the kopf handlers that kopf.operator runs
+    operator_metrics,
+)
 from paged_operator.clients import child_reads
 from paged_operator.clients.kube import KubeApi
-from paged_operator.handlers import Options, Shared
 from paged_operator.leadership.leader import LeaderElector
 from paged_operator.leadership.lease import LeaseSpec
+from paged_operator.shared import Options, Shared
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,13 @@ def _positive(value: str) -> float:
     if not number > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {number:g}")
     return number
+
+
+def _http_url(value: str) -> str:
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise argparse.ArgumentTypeError(f"expected an http(s) URL, got {value!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,6 +96,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=120.0,
         help="seconds a pod may stay unschedulable before it counts as missing capacity (InsufficientResources)",
+    )
+    run.add_argument(
+        "--prometheus-url",
+        type=_http_url,
+        default=None,
+        help="read the engines' metrics from this Prometheus server's query API (/api/v1/query) instead of scraping "
+        "each pod's /metrics; its engine series must carry the namespace and pod labels a PodMonitor attaches",
+    )
+    run.add_argument(
+        "--prometheus-timeout", type=_positive, default=5.0, help="seconds for one round of Prometheus queries"
     )
     run.add_argument(
         "--no-child-watches",
@@ -142,6 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         pending_timeout_s=args.pending_timeout,
         token_key=token_key,
         clusterwide=args.all_namespaces,
+        prometheus_url=args.prometheus_url,
+        prometheus_timeout_s=args.prometheus_timeout,
     )
     election = _election(args, parser)
     shared = Shared(options=options)

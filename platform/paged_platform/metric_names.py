@@ -1,5 +1,6 @@
-"""The engine's Prometheus series that the operator, the router and `paged-ctl` read (the metric contract in
-docs/design.md), written once: the engine's ``server/metrics.py`` registers them under these names.
+"""The Prometheus series that paged's readers use: the operator, the router, `paged-ctl` and the benchmarks (the
+metric contract in docs/design.md), written once: the writers register them under these names too (the engine's
+``server/metrics.py``, the router's ``router/metrics.py`` for the ``paged_router_*`` series).
 
 Counters are named with their ``_total`` suffix, as they are exposed (prometheus_client adds it on registration).
 """
@@ -20,3 +21,9 @@ MAX_NUM_BATCHED_TOKENS = "paged_scheduler_max_num_batched_tokens"
 #: The live budgets' limits: the highest budgets the engine's admin API accepts (fixed at start-up).
 MAX_NUM_SEQS_LIMIT = "paged_scheduler_max_num_seqs_limit"
 MAX_NUM_BATCHED_TOKENS_LIMIT = "paged_scheduler_max_num_batched_tokens_limit"
+STEP_PHASE = "paged_step_phase_seconds"  # histogram, label ``phase``: where an engine step's time went
+ENGINE_INFO = "paged_engine_info"  # labels only: dtype, CPU kernel variant, GEMM backend, ...
+
+# The router's demand, read by the operator to scale a ModelDeployment from and to zero.
+ROUTER_QUEUE_DEPTH = "paged_router_queue_depth"
+ROUTER_ARRIVALS = "paged_router_arrivals_total"

@@ -5,9 +5,8 @@ at the last decision carried out, and the first decision written afterwards repo
 from __future__ import annotations
 
 import itertools
-import json
 import logging
-from collections.abc import Mapping, Sized
+from collections.abc import Sized
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,11 +14,14 @@ import httpx
 import kopf
 import pytest
 from paged_operator import handlers
-from paged_operator.clients.kube import REPLICAS_FIELD_MANAGER, ApiError, KubeApi
+from paged_operator.clients.kube import ApiError, KubeApi
+from paged_operator.control_loop import ControlLoop
 from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.render import children
+from paged_operator.shared import Options, Shared
 from paged_operator.status import api_outage
 
+from tests.operator.operator_cluster import Cluster
 from tests.operator.operator_exposition import exposition
 
 T0 = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
@@ -66,53 +68,6 @@ SPEC: dict[str, Any] = {
 }
 
 
-class Cluster:
-    """A stand-in API server (``down``: every request fails to connect) and, for reads, the children kopf's
-    watches would hold (reading them needs no API server)."""
-
-    def __init__(self, name: str) -> None:
-        self.down = False
-        self.writes: list[tuple[str, str, dict[str, Any]]] = []
-        self.cm: dict[str, Any] | None = None
-        self.deploy = {
-            "metadata": {
-                "name": name,
-                "resourceVersion": "1",
-                "managedFields": [{"manager": REPLICAS_FIELD_MANAGER, "fieldsV1": {"f:spec": {"f:replicas": {}}}}],
-            },
-            "spec": {"replicas": 2},
-        }
-        ready = [{"type": "Ready", "status": "True"}]
-        self.engine_pods = [
-            {"metadata": {"name": f"p{i}"}, "status": {"phase": "Running", "podIP": f"10.0.0.{i}", "conditions": ready}}
-            for i in (1, 2)
-        ]
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        if self.down:
-            raise httpx.ConnectError("All connection attempts failed", request=request)
-        body = json.loads(request.content) if request.content else {}
-        self.writes.append((request.method, request.url.path, body))
-        if "/configmaps/" in request.url.path:
-            self.cm = body
-        return httpx.Response(201 if request.method == "POST" else 200, json=body)
-
-    def writes_to(self, fragment: str) -> list[dict[str, Any]]:
-        return [body for _, path, body in self.writes if fragment in path]
-
-    async def deployment(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.deploy
-
-    async def config_map(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.cm
-
-    async def pods(self, namespace: str, model_deployment: str) -> list[Mapping[str, Any]]:
-        return list(self.engine_pods)
-
-    async def router_pods(self, namespace: str, model_deployment: str) -> list[Mapping[str, Any]]:
-        return []
-
-
 class Engines:
     """Every engine's metrics: a preemption storm at full KV, so the tuner wants to lower ``max_num_seqs``."""
 
@@ -136,10 +91,10 @@ async def test_through_an_outage_nothing_in_force_changes_and_the_gap_is_reporte
     md = handlers._parse(body)
     cluster, engines = Cluster("m"), Engines()
     clock = [1_800_000_000.0]
-    shared = handlers.Shared(options=handlers.Options(token_key=b"k" * 32), clock=lambda: clock[0])
+    shared = Shared(options=Options(token_key=b"k" * 32), clock=lambda: clock[0])
     shared._kube = KubeApi(httpx.AsyncClient(base_url="https://api", transport=httpx.MockTransport(cluster.handle)))
     shared._http = httpx.AsyncClient(transport=httpx.MockTransport(engines.handle))
-    loop = handlers.ControlLoop(shared, reads=cluster)
+    loop = ControlLoop(shared, reads=cluster)
 
     async def step() -> None:
         clock[0] += 5
@@ -187,7 +142,7 @@ def test_kopf_retries_its_requests_for_as_long_as_the_api_server_is_away() -> No
     """kopf gives a request up once its backoffs run out, and a watch given up on a 5xx is not restarted: the
     operator's backoffs never run out, and each request starts from the first step (kopf iterates afresh)."""
     settings = kopf.OperatorSettings()
-    handlers.configure(settings=settings, memo=kopf.Memo(shared=handlers.Shared()))
+    handlers.configure(settings=settings, memo=kopf.Memo(shared=Shared()))
     backoffs = settings.networking.error_backoffs
     assert not isinstance(backoffs, float | int) and not isinstance(backoffs, Sized)  # kopf counts no last attempt
     first = list(itertools.islice(backoffs, 1000))

@@ -18,8 +18,17 @@ from paged_operator.clients.kube import (
     object_path,
     resource_of,
 )
+from paged_operator.control_loop import ControlLoop
 from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.config import controller_spec
+from paged_operator.replica_count import (
+    desired_replicas,
+    owns_replicas,
+    replicas_owner,
+    scale_subresource_writer,
+    scaled_externally,
+)
+from paged_operator.shared import Shared
 from paged_platform.api import ModelDeployment
 
 
@@ -30,30 +39,30 @@ def md(**spec: object) -> ModelDeployment:
 def test_desired_replicas_keeps_the_live_count_inside_the_bounds() -> None:
     bounds = md(replicas={"min": 2, "max": 5})
     # Just created (the API server's default of 1, nothing recorded yet): replicas.min.
-    assert handlers.desired_replicas(bounds, 1, owned=False, recorded=None) == 2
+    assert desired_replicas(bounds, 1, owned=False, recorded=None) == 2
     # The operator's last write wins over a status that may not show it yet.
-    assert handlers.desired_replicas(bounds, 4, owned=True, recorded=3) == 4
+    assert desired_replicas(bounds, 4, owned=True, recorded=3) == 4
     # Someone else scaled the Deployment: back to the operator's recorded count.
-    assert handlers.desired_replicas(bounds, 9, owned=False, recorded=3) == 3
-    assert handlers.desired_replicas(md(replicas={"min": 1, "max": 3}), 4, owned=True, recorded=4) == 3  # max lowered
-    assert handlers.desired_replicas(md(replicas={"min": 5, "max": 6}), 4, owned=True, recorded=4) == 5  # min raised
+    assert desired_replicas(bounds, 9, owned=False, recorded=3) == 3
+    assert desired_replicas(md(replicas={"min": 1, "max": 3}), 4, owned=True, recorded=4) == 3  # max lowered
+    assert desired_replicas(md(replicas={"min": 5, "max": 6}), 4, owned=True, recorded=4) == 5  # min raised
     manual = md(replicas={"min": 2, "max": 5}, autoscaling={"enabled": False})
-    assert handlers.desired_replicas(manual, 4, owned=True, recorded=4) == 2
+    assert desired_replicas(manual, 4, owned=True, recorded=4) == 2
 
 
 def test_replica_ownership_is_read_from_managed_fields() -> None:
     def dep(manager: str, fields: dict) -> dict:
         return {"metadata": {"managedFields": [{"manager": manager, "operation": "Apply", "fieldsV1": fields}]}}
 
-    assert handlers.owns_replicas(dep("paged-operator-replicas", {"f:spec": {"f:replicas": {}}}))
-    assert not handlers.owns_replicas(dep("paged-operator", {"f:spec": {"f:template": {}}}))
-    assert not handlers.owns_replicas({"metadata": {}})
+    assert owns_replicas(dep("paged-operator-replicas", {"f:spec": {"f:replicas": {}}}))
+    assert not owns_replicas(dep("paged-operator", {"f:spec": {"f:template": {}}}))
+    assert not owns_replicas({"metadata": {}})
     hpa = dep("kube-controller-manager", {"f:spec": {"f:replicas": {}}})
-    assert handlers.replicas_owner(hpa) == "kube-controller-manager"
+    assert replicas_owner(hpa) == "kube-controller-manager"
     manual = md(autoscaling={"enabled": False})
-    assert handlers.scaled_externally(manual, hpa)  # autoscaling off: the HPA's count is left alone
-    assert not handlers.scaled_externally(md(), hpa)  # autoscaling on: the operator sets it back
-    assert not handlers.scaled_externally(manual, {"metadata": {}})  # just created: the operator sets replicas.min
+    assert scaled_externally(manual, hpa)  # autoscaling off: the HPA's count is left alone
+    assert not scaled_externally(md(), hpa)  # autoscaling on: the operator sets it back
+    assert not scaled_externally(manual, {"metadata": {}})  # just created: the operator sets replicas.min
 
 
 def test_a_count_written_through_the_scale_subresource_is_told_apart() -> None:
@@ -63,17 +72,17 @@ def test_a_count_written_through_the_scale_subresource_is_told_apart() -> None:
                    for m, sub in entries]  # fmt: skip
         return {"metadata": {"managedFields": managed}}
 
-    assert handlers.scale_subresource_writer(written(("kube-controller-manager", "scale"))) == "kube-controller-manager"
-    assert handlers.scale_subresource_writer(written(("kubectl-edit", None))) is None
-    assert handlers.scale_subresource_writer(written(("paged-operator", "status"))) is None  # not the count
-    assert handlers.scale_subresource_writer({"metadata": {}}) is None
+    assert scale_subresource_writer(written(("kube-controller-manager", "scale"))) == "kube-controller-manager"
+    assert scale_subresource_writer(written(("kubectl-edit", None))) is None
+    assert scale_subresource_writer(written(("paged-operator", "status"))) is None  # not the count
+    assert scale_subresource_writer({"metadata": {}}) is None
 
 
 ADAPTIVE = {"maxNumSeqs": 16, "maxNumBatchedTokens": 1024, "adaptive": {"enabled": True}}
 
 
 def test_policy_state_survives_spec_changes_and_the_tuner_follows_the_config_map() -> None:
-    loop = handlers.ControlLoop(handlers.Shared())
+    loop = ControlLoop(Shared())
     spec = controller_spec(md(schedulerBudget=ADAPTIVE).spec)
     state = loop._state_for(spec, Budgets(16, 1024))
     assert state.tuner is not None and state.tuner.budgets == Budgets(16, 1024)
@@ -135,7 +144,7 @@ async def test_an_object_the_types_refuse_is_reported_once_and_not_retried() -> 
         requests.append((request.method, request.url.path, json.loads(request.content)))
         return httpx.Response(200, json={})
 
-    shared = handlers.Shared()
+    shared = Shared()
     shared._kube = KubeApi(httpx.AsyncClient(base_url="https://api", transport=httpx.MockTransport(handler)))
     body = {
         "apiVersion": "paged.dev/v1alpha1",

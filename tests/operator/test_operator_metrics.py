@@ -9,17 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from operator_exposition import exposition
+from paged_operator.policy.engine_series import parse_exposition
 from paged_operator.policy.fleet_view import (
     EngineSample,
-    Histogram,
-    MetricsError,
     SampleWindow,
     counter_increase,
     fleet_view,
     histogram_increase,
-    histogram_quantile,
-    parse_exposition,
 )
+from paged_platform.prometheus_text import Histogram, MetricsError
 
 MODEL = "gemma-3-270m"
 
@@ -87,29 +85,11 @@ def _hist(*counts: float) -> Histogram:
     return Histogram(tuple(zip((0.1, 0.5, 1.0, math.inf), counts, strict=True)))
 
 
-def test_histogram_quantile_interpolates_like_prometheus() -> None:
-    h = _hist(50, 90, 100, 100)
-    assert histogram_quantile(0.5, h) == pytest.approx(0.1)
-    assert histogram_quantile(0.7, h) == pytest.approx(0.1 + 0.4 * (70 - 50) / 40)
-    assert histogram_quantile(0.95, h) == pytest.approx(0.5 + 0.5 * 0.5)
-    assert histogram_quantile(0.99, _hist(0, 0, 0, 10)) == 1.0  # +Inf bucket: highest finite bound
-    assert histogram_quantile(0.95, _hist(0, 0, 0, 0)) is None
-    with pytest.raises(ValueError, match="quantile must be in"):
-        histogram_quantile(1.5, h)
-
-
 def test_histogram_increase_over_window_with_reset() -> None:
     hists = [_hist(10, 20, 30, 30), _hist(12, 25, 40, 40), _hist(1, 1, 2, 2)]  # pod restarted before the third
     total = histogram_increase(hists)
     assert total == _hist(2 + 1, 5 + 1, 10 + 2, 10 + 2)
     assert histogram_increase(hists[:1]) is None
-
-
-def test_histogram_validation() -> None:
-    with pytest.raises(MetricsError, match=r"\+Inf bucket"):
-        Histogram(((0.1, 1.0),))
-    with pytest.raises(MetricsError, match="strictly increasing"):
-        Histogram(((0.5, 1.0), (0.1, 2.0), (math.inf, 3.0)))
 
 
 def sample(pod: str, t: float, **kw: float) -> EngineSample:

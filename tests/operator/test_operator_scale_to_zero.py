@@ -10,7 +10,7 @@ from paged_operator.policy import scale_to_zero
 from paged_operator.policy.arbiter import Action
 from paged_operator.policy.autoscaler import AutoscalingPolicySpec
 from paged_operator.policy.controller import ControllerSpec, Observation, decide, initial_state
-from paged_operator.policy.fleet_view import parse_exposition
+from paged_operator.policy.engine_series import parse_exposition
 from paged_operator.policy.scale_to_zero import RouterDemand, ZeroDecision, ZeroSpec, ZeroState
 
 SPEC = ZeroSpec(idle_s=300)

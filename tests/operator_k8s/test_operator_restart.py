@@ -20,8 +20,9 @@ import kopf
 import pytest
 from paged_operator import handlers
 from paged_operator.clients.kube import KubeApi
-from paged_operator.handlers import ControlLoop, Options, Shared
+from paged_operator.control_loop import ControlLoop
 from paged_operator.render import children
+from paged_operator.shared import Options, Shared
 from paged_operator.status import builder as status_builder
 from paged_operator.status.writer import read_status
 

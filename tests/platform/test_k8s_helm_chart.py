@@ -82,6 +82,14 @@ def test_default_render(kube_binaries: Any) -> None:
     assert "--token-key-file=/etc/paged-operator/token-key/key" in container["args"]
     mount = next(m for m in container["volumeMounts"] if m["name"] == "token-key")
     assert mount["mountPath"] == "/etc/paged-operator/token-key" and mount["readOnly"]
+    assert not any(a.startswith("--prometheus-url") for a in container["args"])  # the pods are scraped
+
+
+def test_prometheus_url_makes_the_operator_read_prometheus(kube_binaries: Any) -> None:
+    url = "http://prometheus-operated.monitoring:9090"
+    objects = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns", set_values={"operator.prometheusUrl": url}))
+    (container,) = objects["Deployment"][0]["spec"]["template"]["spec"]["containers"]
+    assert f"--prometheus-url={url}" in container["args"]
 
 
 def test_watch_namespace_uses_a_role(kube_binaries: Any) -> None:
@@ -128,6 +136,7 @@ def test_service_monitor_is_optional(kube_binaries: Any) -> None:
         ("operator.healthPort", "0", "healthPort"),
         ("operator.bogus", "1", "bogus"),
         ("image.pullPolicy", "Sometimes", "pullPolicy"),
+        ("operator.prometheusUrl", "prometheus:9090", "prometheusUrl"),
     ],
 )
 def test_values_schema_refuses_bad_values(kube_binaries: Any, key: str, value: str, message: str) -> None:

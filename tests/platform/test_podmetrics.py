@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from paged_platform.podmetrics import MetricsParseError, histogram_quantile, parse_pod_metrics
+from paged_platform.podmetrics import parse_pod_metrics
+from paged_platform.prometheus_text import MetricsError
 
 TEXT = """\
 # HELP paged_kv_cache_usage_ratio used KV blocks / total blocks
@@ -42,31 +41,5 @@ def test_label_sets_are_summed() -> None:
 
 
 def test_rejects_non_prometheus_text() -> None:
-    with pytest.raises(MetricsParseError):
+    with pytest.raises(MetricsError):
         parse_pod_metrics("<html>502 Bad Gateway</html>")
-
-
-def test_quantile_edges() -> None:
-    assert histogram_quantile(0.95, []) is None
-    assert histogram_quantile(0.5, [(1.0, 0), (float("inf"), 0)]) is None
-    assert histogram_quantile(0.99, [(1.0, 1), (float("inf"), 10)]) == 1.0  # in +Inf: highest finite bound
-    assert histogram_quantile(0.5, [(2.0, 10), (float("inf"), 10)]) == 1.0
-    with pytest.raises(ValueError, match=r"quantile 1\.5"):
-        histogram_quantile(1.5, [(1.0, 1)])
-
-
-@given(
-    counts=st.lists(st.integers(0, 50), min_size=1, max_size=8),
-    q=st.floats(0, 1),
-)
-def test_quantile_is_monotone_and_bounded(counts: list[int], q: float) -> None:
-    bounds = [0.1 * (i + 1) for i in range(len(counts))]
-    cumulative = [sum(counts[: i + 1]) for i in range(len(counts))]
-    buckets = [*zip(bounds, map(float, cumulative), strict=True), (float("inf"), float(cumulative[-1]))]
-    value = histogram_quantile(q, buckets)
-    if cumulative[-1] == 0:
-        assert value is None
-        return
-    assert value is not None and 0 <= value <= bounds[-1]
-    higher = histogram_quantile(min(1.0, q + 0.1), buckets)
-    assert higher is not None and higher >= value

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import ssl
 import tempfile
 from collections.abc import Callable, Mapping
@@ -23,6 +24,7 @@ from paged_platform.api import GROUP, PLURAL, VERSION
 
 from paged_operator import operator_metrics
 
+log = logging.getLogger(__name__)
 FIELD_MANAGER = "paged-operator"
 #: Owns only ``spec.replicas`` of the engine Deployment: the operator is its single writer.
 REPLICAS_FIELD_MANAGER = "paged-operator-replicas"
@@ -274,6 +276,14 @@ class KubeApi:
         updated = await self.request("PATCH", path, patch, content_type=MERGE)
         self._event_counts[path] = count
         return updated
+
+
+async def post_warning(kube: KubeApi, body: Mapping[str, Any], reason: str, message: str) -> None:
+    """A Warning Event, best effort: failing to report a failure must not hide the failure itself."""
+    try:
+        await kube.post_event(body, reason=reason, message=message, warning=True)
+    except (ApiError, httpx.HTTPError, NotLeading) as exc:
+        log.warning("could not post event %s: %s", reason, exc)
 
 
 def event_name(owner: str, uid: str, reason: str, type_: str) -> str:

@@ -2,7 +2,7 @@
 
 A decision must never wait on the slowest pod: every pod gets its own short timeout, all pods are
 asked at once, and a pod that times out, refuses or answers garbage becomes a *failure* entry
-instead of an exception. The policies then decide on the pods that answered (see ``metrics``).
+instead of an exception. The policies then decide on the pods that answered (see ``fleet_view``).
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import httpx
+from paged_platform.prometheus_text import MetricsError
 
-from paged_operator.policy.fleet_view import (
+from paged_operator.policy.engine_series import (
     HISTOGRAM_SERIES,
     SCALAR_SERIES,
-    EngineSample,
-    MetricsError,
     add_series,
     parse_exposition,
     sample_from_series,
 )
+from paged_operator.policy.fleet_view import EngineSample
 
 Clock = Callable[[], float]
 # Kubernetes pod names are DNS subdomains; anything else cannot be safely put into a PromQL regex.

@@ -1,4 +1,4 @@
-"""The demand a ModelDeployment's routers report (``paged_router_queue_depth``, ``paged_router_arrivals_total``):
+"""The demand a ModelDeployment's routers report (``ROUTER_QUEUE_DEPTH``, ``ROUTER_ARRIVALS`` in ``metric_names``):
 what wakes a fleet at zero and what tells it is idle (``scale_to_zero``).
 
 Every router pod is asked at once, each with its own timeout; the figures are summed over those that answered.
@@ -11,23 +11,17 @@ import asyncio
 from collections.abc import Sequence
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+from paged_platform.metric_names import ROUTER_ARRIVALS, ROUTER_QUEUE_DEPTH
+from paged_platform.prometheus_text import parse as parse_text
 
 from paged_operator.policy.scale_to_zero import RouterDemand
-
-HELD = "paged_router_queue_depth"
-ARRIVALS = "paged_router_arrivals_total"
 
 
 def parse(text: str) -> RouterDemand:
     """Sum the two series over their labels (one router serves one ModelDeployment, possibly several names)."""
-    held = arrivals = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == HELD:
-                held += sample.value
-            elif sample.name == ARRIVALS:
-                arrivals += sample.value
+    samples = parse_text(text)
+    held = sum((s.value for s in samples if s.name == ROUTER_QUEUE_DEPTH), 0.0)
+    arrivals = sum((s.value for s in samples if s.name == ROUTER_ARRIVALS), 0.0)
     return RouterDemand(held, arrivals)
 
 

@@ -54,6 +54,7 @@ signal with a tolerance band and asymmetric stabilisation windows, and Knative's
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -356,7 +357,7 @@ def _fleet_arrivals(view: FleetView) -> float | None:
     return None if rate is None else rate * view.ready
 
 
-def arrival_growth(history: list[Recommendation], horizon_s: float) -> float:
+def arrival_growth(history: Sequence[Recommendation], horizon_s: float) -> float:
     """Factor by which the fleet's arrival rate grows over ``horizon_s`` at its least-squares trend over
     ``history``; 1 when it is flat, falling, or there are fewer than three rates spanning half the horizon."""
     points = [(r.time, r.arrivals) for r in history if r.arrivals is not None]
@@ -434,146 +435,290 @@ def decide(
 
     ``view`` is None when no ready pod answered; ``ready`` / ``starting`` count pods that are ready and
     pods that exist but are not ready yet (scheduled, pulling, loading weights).
+
+    The target comes from the panic path or the stabilisation windows; then ``RULES`` adjust it in order.
     """
     if ready < 0 or starting < 0:
         raise ValueError(f"ready and starting replicas must be non-negative, got {ready} and {starting}")
     capacity = ready + starting
     panic_until = state.panic_until if state.panic_until is not None and state.panic_until > now else None
-    held = replace(state, panic_until=panic_until)
     if ready == 0 or view is None or view.reporting == 0:
         why = "no ready replicas" if ready == 0 else "no ready replica answered its metrics scrape"
         desired = spec.clamp(capacity)
-        return _finish(
-            spec,
-            capacity,
-            desired,
-            desired,
-            f"{why}: holding at {desired}",
-            degraded=ready > 0,
-            panic=panic_until is not None,
-        ), held
+        held = _finish(spec, capacity, desired, desired, f"{why}: holding at {desired}", degraded=ready > 0,
+                       panic=panic_until is not None)  # fmt: skip
+        return held, replace(state, panic_until=panic_until)
 
-    degraded = view.degraded
-    capacity_seen = capacity_on_target(spec, state.capacity, view, now)
-    served = capacity_seen[0][1] if capacity_seen else None
-    signals = compute_signals(spec, view, ready, starting, served_on_target=served)
-    top = max(signals, key=lambda s: s.demand)
-    growing = saturated(spec, view)
-    raw = spec.clamp(_replicas_for(top.demand, capacity, spec.tolerance))
-    load = [s for s in signals if s.name in BURST_SIGNALS]
-    burst_top = max(load, key=lambda s: s.demand) if load else None
-    burst_demand = burst_top.demand if burst_top else 0.0
-    history = (
-        *(r for r in state.history if r.time > now - spec.history_s),
-        Recommendation(now, top.demand, burst_demand, raw, _fleet_arrivals(view)),
-    )
-
-    def within(window_s: float) -> list[Recommendation]:
-        return [r for r in history if r.time > now - window_s] or [history[-1]]
-
-    recent = within(spec.panic_window_s)
-    burst = sum(r.burst_demand for r in recent) / len(recent) >= spec.panic_threshold * capacity
-    if burst:
-        panic_until = now + spec.panic_hold_s
-    panic = panic_until is not None
-    first_seen = state.first_seen if state.first_seen is not None else now
-    floor = state.floor if state.floor_until is not None and now < state.floor_until else None
-    window_demand = max(r.demand for r in within(spec.stabilization_window_down_s))
-    proven_at = state.floor_demand
-    if floor is not None and proven_at is not None and window_demand < proven_at * (1 - spec.tolerance):
-        floor = None  # load fell clearly below the level the floor was proven at
-
-    notes: list[str] = []
-    if panic:
-        # Sized by the load signals: preemptions scale up only through the stabilised path.
-        target = max(capacity, spec.clamp(_replicas_for(burst_demand, capacity, spec.tolerance)))
-        by = f" ({burst_top.name} asks for {target})" if burst_top else ""
-        notes.append(f"panic{by}: burst of demand, scaling up without waiting, no scale-down")
-    else:
-        up = raw if growing else min(r.replicas for r in within(spec.stabilization_window_up_s))
-        window = within(spec.stabilization_window_down_s)
-        just_up = state.last_up is not None and now - state.last_up < spec.stabilization_window_down_s
-        held_for = window
-        if spec.release_window_s > 0 and not just_up:
-            # Recommendations made at a load not seen for the release window no longer hold capacity.
-            held_for = released(window, within(spec.release_window_s), spec.tolerance)
-        down = max(r.replicas for r in held_for)
-        if now - first_seen < spec.stabilization_window_up_s:
-            up = min(up, capacity)
-        if now - first_seen < spec.stabilization_window_down_s:
-            down = max(down, capacity)
-        target = min(max(capacity, up), down)
-        if raw > capacity and target < raw:
-            notes.append(f"up-stabilisation over {spec.stabilization_window_up_s:g} s holds at {target}")
-        elif raw < capacity and target > raw:
-            notes.append(f"down-stabilisation over {spec.stabilization_window_down_s:g} s holds at {target}")
-        if target < capacity and down < max(r.replicas for r in window):
-            notes.append(f"arrivals of the down-window's peak not seen for {spec.release_window_s:g} s: released")
-    if degraded and target < capacity:
-        target = capacity
-        notes.append(f"only {view.reporting}/{ready} replicas reported: no scale-down")
-    if target < capacity and view.waiting_per_replica > spec.target_waiting_per_replica:
-        # Unserved requests: removing capacity would hand queued work to fewer engines.
-        target = capacity
-        notes.append("requests waiting above target: no scale-down")
-    growth = arrival_growth(within(spec.stabilization_window_down_s), spec.stabilization_window_down_s)
-    if target < capacity and growth > 1.0:
-        # A scale-down must still hold when it could next be undone: size it for the rising load one
-        # down-window ahead (on a diurnal rise, a count right for now is short minutes later: a flap).
-        ahead = spec.clamp(_replicas_for(top.demand * growth, capacity, spec.tolerance))
-        if ahead > target:
-            target = min(capacity, ahead)
-            notes.append(f"arrivals rising ×{growth:.2f} over {spec.stabilization_window_down_s:g} s: held at {target}")
-    if floor is not None and target < min(capacity, floor):
-        target = min(capacity, floor)
-        notes.append(f"a scale-down below {floor} was undone recently: held at {target}")
-    if starting and raw > ready and target == capacity:
-        notes.append(f"{starting} starting replica(s) credited")
-
-    step_up = max(spec.max_step_up, capacity) if growing else spec.max_step_up
-    stepped = min(target, capacity + step_up) if target > capacity else target
-    stepped = max(stepped, capacity - spec.max_step_down) if stepped < capacity else stepped
-    if stepped != target:
-        notes.append(f"step limited to {stepped - capacity:+d}")
-    last_down, memory = state.last_down, state.floor_memory_s
-    kept_floor, floor_until = state.floor, state.floor_until  # kept after expiry: a re-proof doubles the memory
-    floor_demand = state.floor_demand
-    if stepped < capacity:
-        last_down = (now, capacity, stepped, window_demand)
-    elif stepped > capacity and last_down is not None:
-        down_time, down_from, down_to, down_demand = last_down
-        if down_to == capacity and now - down_time <= spec.stabilization_window_down_s:
-            again = kept_floor == down_from and memory is not None
-            memory = 2 * memory if again and memory is not None else spec.scale_down_memory_s
-            kept_floor, floor_until, last_down, floor_demand = down_from, now + memory, None, down_demand
-            notes.append(f"scale-down {down_from} → {down_to} undone: {down_from} is a floor for {memory:g} s")
-    last_up = now if stepped > capacity else state.last_up
-    new_state = AutoscalerState(
-        history,
-        panic_until,
-        first_seen,
-        last_down,
-        kept_floor,
-        floor_until,
-        memory,
-        floor_demand,
-        capacity_seen,
-        last_up,
-    )
-    reason = f"{top.describe(ready)} → {raw}"
+    c = _context(spec, state, view, ready=ready, starting=starting, now=now, panic_until=panic_until)
+    target, notes = _panic_target(c) if c.panic_until is not None else _stabilised_target(c)
+    changed_by: set[Rule] = set()
+    for rule in RULES:
+        adjusted, note = rule(c, target)
+        if adjusted != target:
+            changed_by.add(rule)
+        if note is not None:
+            notes.append(note)
+        target = adjusted
+    reason = f"{c.top.describe(ready)} → {c.raw}"
     if notes:
         reason += f"; {'; '.join(notes)}"
     return _finish(
         spec,
         capacity,
-        stepped,
-        _replicas_for(top.demand, capacity, spec.tolerance),
+        target,
+        _replicas_for(c.top.demand, capacity, spec.tolerance),
         reason,
+        signals=c.signals,
+        step_limited=_limit_the_step in changed_by,
+        panic=c.panic_until is not None,
+        degraded=view.degraded,
+    ), _next_state(c, target)
+
+
+def _within(history: Sequence[Recommendation], now: float, window_s: float) -> list[Recommendation]:
+    """The recommendations of the last ``window_s``; the latest one at least."""
+    return [r for r in history if r.time > now - window_s] or [history[-1]]
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What choosing the target and the rules after it see: this evaluation's inputs and what follows from them.
+
+    ``top``: the signal with the largest demand, ``raw``: the (clamped) count it asks for; ``history``: the
+    recommendations kept, this one last; ``panic_until``: set while a burst holds; ``floor``: the count an undone
+    scale-down proved necessary, while it holds (until it expires, or load falls clearly below the level it was
+    proven at); ``window_demand``: the largest demand of the down-window.
+    """
+
+    spec: AutoscalingPolicySpec
+    state: AutoscalerState
+    view: FleetView
+    ready: int
+    starting: int
+    now: float
+    capacity: int
+    capacity_seen: tuple[tuple[float, float], ...]
+    signals: tuple[Signal, ...]
+    top: Signal
+    raw: int
+    burst_top: Signal | None
+    burst_demand: float
+    growing: bool
+    history: tuple[Recommendation, ...]
+    panic_until: float | None
+    first_seen: float
+    floor: int | None
+    window_demand: float
+
+    def within(self, window_s: float) -> list[Recommendation]:
+        return _within(self.history, self.now, window_s)
+
+
+def _context(
+    spec: AutoscalingPolicySpec,
+    state: AutoscalerState,
+    view: FleetView,
+    *,
+    ready: int,
+    starting: int,
+    now: float,
+    panic_until: float | None,
+) -> _Context:
+    capacity = ready + starting
+    capacity_seen = capacity_on_target(spec, state.capacity, view, now)
+    served = capacity_seen[0][1] if capacity_seen else None
+    signals = compute_signals(spec, view, ready, starting, served_on_target=served)
+    top = max(signals, key=lambda s: s.demand)
+    raw = spec.clamp(_replicas_for(top.demand, capacity, spec.tolerance))
+    load = [s for s in signals if s.name in BURST_SIGNALS]
+    burst_top = max(load, key=lambda s: s.demand) if load else None
+    burst_demand = burst_top.demand if burst_top else 0.0
+    latest = Recommendation(
+        time=now, demand=top.demand, burst_demand=burst_demand, replicas=raw, arrivals=_fleet_arrivals(view)
+    )
+    history = (*(r for r in state.history if r.time > now - spec.history_s), latest)
+    recent = _within(history, now, spec.panic_window_s)
+    if sum(r.burst_demand for r in recent) / len(recent) >= spec.panic_threshold * capacity:
+        panic_until = now + spec.panic_hold_s
+    floor = state.floor if state.floor_until is not None and now < state.floor_until else None
+    window_demand = max(r.demand for r in _within(history, now, spec.stabilization_window_down_s))
+    proven_at = state.floor_demand
+    if floor is not None and proven_at is not None and window_demand < proven_at * (1 - spec.tolerance):
+        floor = None  # load fell clearly below the level the floor was proven at
+    return _Context(
+        spec=spec,
+        state=state,
+        view=view,
+        ready=ready,
+        starting=starting,
+        now=now,
+        capacity=capacity,
+        capacity_seen=capacity_seen,
         signals=signals,
-        step_limited=stepped != target,
-        panic=panic,
-        degraded=degraded,
-    ), new_state
+        top=top,
+        raw=raw,
+        burst_top=burst_top,
+        burst_demand=burst_demand,
+        growing=saturated(spec, view),
+        history=history,
+        panic_until=panic_until,
+        first_seen=state.first_seen if state.first_seen is not None else now,
+        floor=floor,
+        window_demand=window_demand,
+    )
+
+
+def _panic_target(c: _Context) -> tuple[int, list[str]]:
+    """A burst: sized by the load signals (preemptions scale up only through the stabilised path), no scale-down."""
+    target = max(c.capacity, c.spec.clamp(_replicas_for(c.burst_demand, c.capacity, c.spec.tolerance)))
+    by = f" ({c.burst_top.name} asks for {target})" if c.burst_top else ""
+    return target, [f"panic{by}: burst of demand, scaling up without waiting, no scale-down"]
+
+
+def _stabilised_target(c: _Context) -> tuple[int, list[str]]:
+    """Up: the smallest recommendation of the up-window (the latest one when the queue grows); down: the largest of
+    the down-window, less those the release window no longer holds; the part of a window not observed yet since the
+    first evaluation counts as the current count."""
+    spec, now, capacity, raw = c.spec, c.now, c.capacity, c.raw
+    up = raw if c.growing else min(r.replicas for r in c.within(spec.stabilization_window_up_s))
+    window = c.within(spec.stabilization_window_down_s)
+    just_up = c.state.last_up is not None and now - c.state.last_up < spec.stabilization_window_down_s
+    held_for = window
+    if spec.release_window_s > 0 and not just_up:
+        # Recommendations made at a load not seen for the release window no longer hold capacity.
+        held_for = released(window, c.within(spec.release_window_s), spec.tolerance)
+    down = max(r.replicas for r in held_for)
+    if now - c.first_seen < spec.stabilization_window_up_s:
+        up = min(up, capacity)
+    if now - c.first_seen < spec.stabilization_window_down_s:
+        down = max(down, capacity)
+    target = min(max(capacity, up), down)
+    notes = []
+    if raw > capacity and target < raw:
+        notes.append(f"up-stabilisation over {spec.stabilization_window_up_s:g} s holds at {target}")
+    elif raw < capacity and target > raw:
+        notes.append(f"down-stabilisation over {spec.stabilization_window_down_s:g} s holds at {target}")
+    if target < capacity and down < max(r.replicas for r in window):
+        notes.append(f"arrivals of the down-window's peak not seen for {spec.release_window_s:g} s: released")
+    return target, notes
+
+
+Rule = Callable[[_Context, int], tuple[int, str | None]]
+"""An adjustment of the target: the new target, and a note for the reason (None: nothing to say)."""
+
+
+def _no_scale_down_on_a_partial_view(c: _Context, target: int) -> tuple[int, str | None]:
+    """A partial view can hide load, not invent it."""
+    if c.view.degraded and target < c.capacity:
+        return c.capacity, f"only {c.view.reporting}/{c.ready} replicas reported: no scale-down"
+    return target, None
+
+
+def _no_scale_down_while_requests_wait(c: _Context, target: int) -> tuple[int, str | None]:
+    """Unserved requests: removing capacity would hand queued work to fewer engines."""
+    if target < c.capacity and c.view.waiting_per_replica > c.spec.target_waiting_per_replica:
+        return c.capacity, "requests waiting above target: no scale-down"
+    return target, None
+
+
+def _hold_for_rising_arrivals(c: _Context, target: int) -> tuple[int, str | None]:
+    """A scale-down must still hold when it could next be undone: size it for the rising load one down-window
+    ahead (on a diurnal rise, a count right for now is short minutes later: a flap)."""
+    window_s = c.spec.stabilization_window_down_s
+    growth = arrival_growth(c.within(window_s), window_s)
+    if target < c.capacity and growth > 1.0:
+        ahead = c.spec.clamp(_replicas_for(c.top.demand * growth, c.capacity, c.spec.tolerance))
+        if ahead > target:
+            held = min(c.capacity, ahead)
+            return held, f"arrivals rising ×{growth:.2f} over {window_s:g} s: held at {held}"
+    return target, None
+
+
+def _hold_at_the_floor(c: _Context, target: int) -> tuple[int, str | None]:
+    """No scale-down below the count an undone scale-down proved necessary (``AutoscalerState``)."""
+    if c.floor is not None and target < min(c.capacity, c.floor):
+        held = min(c.capacity, c.floor)
+        return held, f"a scale-down below {c.floor} was undone recently: held at {held}"
+    return target, None
+
+
+def _credit_starting_replicas(c: _Context, target: int) -> tuple[int, str | None]:
+    """Say so when the pods on their way are why demand is met without adding more."""
+    if c.starting and c.raw > c.ready and target == c.capacity:
+        return target, f"{c.starting} starting replica(s) credited"
+    return target, None
+
+
+def _limit_the_step(c: _Context, target: int) -> tuple[int, str | None]:
+    """At most ``max_step_up`` / ``max_step_down`` per decision; a growing queue may double the fleet."""
+    step_up = max(c.spec.max_step_up, c.capacity) if c.growing else c.spec.max_step_up
+    stepped = min(target, c.capacity + step_up) if target > c.capacity else target
+    stepped = max(stepped, c.capacity - c.spec.max_step_down) if stepped < c.capacity else stepped
+    return stepped, f"step limited to {stepped - c.capacity:+d}" if stepped != target else None
+
+
+def _note_an_undone_scale_down(c: _Context, target: int) -> tuple[int, str | None]:
+    """A scale-up that undoes the last scale-down leaves a floor behind (``_next_state`` keeps it)."""
+    undone = _undone_scale_down(c, target)
+    if undone is None:
+        return target, None
+    down_from, down_to, _, memory = undone
+    return target, f"scale-down {down_from} → {down_to} undone: {down_from} is a floor for {memory:g} s"
+
+
+#: The adjustments after the target is chosen, in the order they apply (and their notes appear).
+RULES: tuple[Rule, ...] = (
+    _no_scale_down_on_a_partial_view,
+    _no_scale_down_while_requests_wait,
+    _hold_for_rising_arrivals,
+    _hold_at_the_floor,
+    _credit_starting_replicas,
+    _limit_the_step,
+    _note_an_undone_scale_down,
+)
+
+
+def _undone_scale_down(c: _Context, desired: int) -> tuple[int, int, float, float] | None:
+    """(from, to, demand, how long its floor holds) of the last scale-down when going to ``desired`` undoes it
+    within the down-window; the floor is held twice as long when the same count is proven again."""
+    last, memory = c.state.last_down, c.state.floor_memory_s
+    if not desired > c.capacity or last is None:
+        return None
+    down_time, down_from, down_to, down_demand = last
+    if down_to != c.capacity or c.now - down_time > c.spec.stabilization_window_down_s:
+        return None
+    again = c.state.floor == down_from and memory is not None  # kept after expiry: a re-proof doubles the memory
+    return down_from, down_to, down_demand, 2 * memory if again and memory is not None else c.spec.scale_down_memory_s
+
+
+def _next_state(c: _Context, desired: int) -> AutoscalerState:
+    """What to remember after going to ``desired``: the windows, the panic, and the last scale-down with the floor
+    it proved when undone."""
+    state = c.state
+    kept = AutoscalerState(
+        history=c.history,
+        panic_until=c.panic_until,
+        first_seen=c.first_seen,
+        last_down=(c.now, c.capacity, desired, c.window_demand) if desired < c.capacity else state.last_down,
+        floor=state.floor,
+        floor_until=state.floor_until,
+        floor_memory_s=state.floor_memory_s,
+        floor_demand=state.floor_demand,
+        capacity=c.capacity_seen,
+        last_up=c.now if desired > c.capacity else state.last_up,
+    )
+    undone = _undone_scale_down(c, desired)
+    if undone is None:
+        return kept
+    down_from, _, down_demand, memory = undone
+    return replace(
+        kept,
+        last_down=None,
+        floor=down_from,
+        floor_until=c.now + memory,
+        floor_memory_s=memory,
+        floor_demand=down_demand,
+    )
 
 
 def _finish(

@@ -1,7 +1,7 @@
-"""Engine metrics as the operator's policies see them: parsing, rates, windows and the fleet view.
+"""Engine metrics as the operator's policies see them: samples, rates, windows and the fleet view.
 
-Pure (no I/O): the scraper hands in exposition text or query results, the policies read a
-``FleetView``. Metric names are the contract in ``DESIGN.md``; nothing here invents new ones.
+Pure (no I/O): the metrics source hands in ``EngineSample``s (``engine_series`` reads them from exposition
+text or query results), the policies read a ``FleetView``.
 
 Why a window of raw samples instead of pre-computed rates: counters are only meaningful as
 increases between samples of the *same* pod (a restarted pod resets them), and a histogram
@@ -12,103 +12,11 @@ Prometheus' ``increase()`` and ``histogram_quantile()``.
 from __future__ import annotations
 
 import itertools
-import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from paged_platform.metric_names import (
-    FINISHED,
-    GENERATION_TOKENS,
-    ITL,
-    KV_USAGE,
-    MAX_NUM_BATCHED_TOKENS,
-    MAX_NUM_SEQS,
-    PREEMPTIONS,
-    PREFIX_HITS,
-    PREFIX_QUERIES,
-    PROMPT_TOKENS,
-    RUNNING,
-    TTFT,
-    WAITING,
-)
-from prometheus_client.parser import text_string_to_metric_families
-
-#: Series an engine must expose for the autoscaler to use its sample at all.
-REQUIRED = (KV_USAGE, RUNNING, WAITING, PREEMPTIONS)
-#: Plain (gauge or counter) series read into ``EngineSample``.
-SCALAR_SERIES = (
-    *REQUIRED,
-    PREFIX_QUERIES,
-    PREFIX_HITS,
-    PROMPT_TOKENS,
-    GENERATION_TOKENS,
-    FINISHED,
-    MAX_NUM_SEQS,
-    MAX_NUM_BATCHED_TOKENS,
-)
-HISTOGRAM_SERIES = (TTFT, ITL)
-
-
-class MetricsError(ValueError):
-    """An engine's metrics cannot be used (unparseable text or a required series missing)."""
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """A cumulative Prometheus histogram: ``(upper_bound, cumulative_count)`` pairs, sorted, ending at +Inf."""
-
-    buckets: tuple[tuple[float, float], ...]
-
-    def __post_init__(self) -> None:
-        if not self.buckets or not math.isinf(self.buckets[-1][0]):
-            raise MetricsError(f"histogram needs a +Inf bucket, got bounds {[b for b, _ in self.buckets]}")
-        bounds = [b for b, _ in self.buckets]
-        if bounds != sorted(bounds) or len(set(bounds)) != len(bounds):
-            raise MetricsError(f"histogram bucket bounds must be strictly increasing, got {bounds}")
-
-    @property
-    def count(self) -> float:
-        return self.buckets[-1][1]
-
-    def minus(self, earlier: Histogram) -> Histogram:
-        """Bucket increases since ``earlier``; a reset (any bucket went down) means the pod restarted."""
-        if [b for b, _ in earlier.buckets] != [b for b, _ in self.buckets]:
-            raise MetricsError("cannot subtract histograms with different bucket bounds")
-        if any(now < before for (_, now), (_, before) in zip(self.buckets, earlier.buckets, strict=True)):
-            return self
-        return Histogram(
-            tuple((b, now - before) for (b, now), (_, before) in zip(self.buckets, earlier.buckets, strict=True))
-        )
-
-    def plus(self, other: Histogram) -> Histogram:
-        if [b for b, _ in other.buckets] != [b for b, _ in self.buckets]:
-            raise MetricsError("cannot add histograms with different bucket bounds")
-        return Histogram(tuple((b, x + y) for (b, x), (_, y) in zip(self.buckets, other.buckets, strict=True)))
-
-
-def histogram_quantile(q: float, hist: Histogram) -> float | None:
-    """The ``q``-quantile by linear interpolation inside the bucket, as Prometheus does; None without observations.
-
-    A quantile falling in the +Inf bucket returns the highest finite bound (the best lower estimate).
-    """
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile must be in [0, 1], got {q}")
-    total = hist.count
-    if total <= 0:
-        return None
-    rank = q * total
-    lower_bound, lower_count = 0.0, 0.0
-    for bound, cumulative in hist.buckets:
-        if cumulative >= rank:
-            if math.isinf(bound):
-                return lower_bound
-            in_bucket = cumulative - lower_count
-            if in_bucket <= 0:
-                return bound
-            return lower_bound + (bound - lower_bound) * (rank - lower_count) / in_bucket
-        lower_bound, lower_count = bound, cumulative
-    return lower_bound
+from paged_platform.prometheus_text import Histogram, histogram_quantile
 
 
 @dataclass(frozen=True)
@@ -130,105 +38,6 @@ class EngineSample:
     itl: Histogram | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
-
-
-def _matches(labels: Mapping[str, str], model_name: str | None) -> bool:
-    return model_name is None or labels.get("model_name") == model_name
-
-
-def parse_exposition(text: str, *, pod: str, time: float, model_name: str | None = None) -> EngineSample:
-    """Parse Prometheus text exposition from one engine into an ``EngineSample``.
-
-    With ``model_name`` only series carrying that label count. Several matching series of one name
-    (an engine serving several models) are summed, except KV usage, which is one pool per engine and
-    takes the maximum.
-    """
-    scalars: dict[str, float] = {}
-    buckets: dict[str, dict[float, float]] = {}
-    try:
-        families = list(text_string_to_metric_families(text))
-    except (ValueError, TypeError, IndexError) as exc:
-        raise MetricsError(f"pod {pod}: unparseable metrics exposition: {exc}") from exc
-    try:
-        for family in families:
-            for s in family.samples:
-                if _matches(s.labels, model_name):
-                    add_series(scalars, buckets, s.name, s.labels, s.value)
-    except MetricsError as exc:
-        raise MetricsError(f"pod {pod}: {exc}") from exc
-    return sample_from_series(scalars, buckets, pod=pod, time=time)
-
-
-def add_series(
-    scalars: dict[str, float],
-    buckets: dict[str, dict[float, float]],
-    name: str,
-    labels: Mapping[str, str],
-    value: float,
-) -> None:
-    """Fold one series value into the per-name accumulators; names the operator does not use are ignored.
-
-    Aborted requests (``finished_reason="abort"``, mostly clients giving up while queued) are not
-    counted as finished: they were not served, and completions measure what a replica serves.
-    """
-    if name == FINISHED and labels.get("finished_reason") == "abort":
-        return
-    used = name in SCALAR_SERIES or name.removesuffix("_bucket") in HISTOGRAM_SERIES
-    if used and math.isnan(value):
-        raise MetricsError(f"{name} is NaN")
-    if name in SCALAR_SERIES:
-        # KV usage is one block pool per engine: several series (models) mean the fullest one counts.
-        scalars[name] = max(scalars.get(name, 0.0), value) if name == KV_USAGE else scalars.get(name, 0.0) + value
-    elif name.endswith("_bucket") and name.removesuffix("_bucket") in HISTOGRAM_SERIES:
-        if "le" not in labels:
-            raise MetricsError(f"histogram bucket {name} without an 'le' label")
-        per_bound = buckets.setdefault(name.removesuffix("_bucket"), {})
-        try:
-            le = float(labels["le"])
-        except ValueError as exc:
-            raise MetricsError(f"histogram bucket {name} has a non-numeric le={labels['le']!r}") from exc
-        per_bound[le] = per_bound.get(le, 0.0) + value
-
-
-def sample_from_series(
-    scalars: Mapping[str, float], buckets: Mapping[str, Mapping[float, float]], *, pod: str, time: float
-) -> EngineSample:
-    """Build a sample from series values keyed by metric name (shared by the exposition and Prometheus sources)."""
-    missing = [name for name in REQUIRED if name not in scalars]
-    if missing:
-        raise MetricsError(f"pod {pod}: required metrics missing: {', '.join(missing)}")
-    kv = scalars[KV_USAGE]
-    if not 0.0 <= kv <= 1.0:  # also false for NaN
-        raise MetricsError(f"pod {pod}: {KV_USAGE} must be in [0, 1], got {kv}")
-    for name in (RUNNING, WAITING, PREEMPTIONS):
-        if not 0.0 <= scalars[name] < math.inf:
-            raise MetricsError(f"pod {pod}: {name} must be a finite non-negative number, got {scalars[name]}")
-
-    def hist(name: str) -> Histogram | None:
-        per_bound = buckets.get(name)
-        return Histogram(tuple(sorted(per_bound.items()))) if per_bound else None
-
-    def as_int(name: str) -> int | None:
-        value = scalars.get(name)
-        return None if value is None else round(value)
-
-    return EngineSample(
-        time=time,
-        pod=pod,
-        kv_usage=kv,
-        running=scalars[RUNNING],
-        waiting=scalars[WAITING],
-        preemptions_total=scalars[PREEMPTIONS],
-        prefix_queries_total=scalars.get(PREFIX_QUERIES),
-        prefix_hits_total=scalars.get(PREFIX_HITS),
-        prompt_tokens_total=scalars.get(PROMPT_TOKENS),
-        generation_tokens_total=scalars.get(GENERATION_TOKENS),
-        finished_total=scalars.get(FINISHED),
-        ttft=hist(TTFT),
-        itl=hist(ITL),
-        max_num_seqs=as_int(MAX_NUM_SEQS),
-        max_num_batched_tokens=as_int(MAX_NUM_BATCHED_TOKENS),
-    )
 
 
 def counter_increase(values: Sequence[float]) -> float:

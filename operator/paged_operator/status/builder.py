@@ -42,16 +42,6 @@ class ConditionValue:
     message: str
 
 
-@dataclass(frozen=True)
-class PodCounts:
-    """Engine pods of one ModelDeployment: ``total`` exist (not terminating), ``ready`` serve, ``starting`` do not
-    serve yet."""
-
-    total: int
-    ready: int
-    starting: int
-
-
 def pod_is_ready(pod: Mapping[str, Any]) -> bool:
     """Kubernetes' view: running, Ready condition true, an IP, not being deleted."""
     status = pod.get("status") or {}
@@ -219,6 +209,13 @@ def external_scaler(writer: str, floor: int) -> ConditionValue:
         "scaler reading it as the current count acts on a wrong number; to hand the count to an external scaler, "
         "set autoscaling.enabled: false",
     )
+
+
+def set_condition(
+    status: ModelDeploymentStatus, type_: str, value: ConditionValue, now: datetime, generation: int | None
+) -> None:
+    """Set one condition to ``value``, claiming ``generation`` as observed."""
+    status.set_condition(type_, value.status, value.reason, value.message, now=now, observed_generation=generation)
 
 
 def budget_push_condition(failed: Mapping[str, str]) -> ConditionValue | None:

@@ -19,6 +19,7 @@ read back blindly:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from paged_platform.api import ModelDeployment, ModelDeploymentStatus
@@ -36,6 +37,11 @@ StatusChange = Callable[[ModelDeploymentStatus, Mapping[str, Any]], None]
 
 class WriteConflict(RuntimeError):
     """Another writer kept changing the object for ``MAX_ATTEMPTS`` tries."""
+
+
+def status_time() -> datetime:
+    """Now, as the status records it (conditions, decisions): UTC, whole seconds."""
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 def read_status(body: Mapping[str, Any]) -> ModelDeploymentStatus:

@@ -11,25 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
-METRIC = "paged_step_phase_seconds"
+from paged_platform.metric_names import STEP_PHASE
+from paged_platform.prometheus_text import parse
+
 ENGINE_PHASES = ("schedule", "prepare", "model", "attention", "sample", "update")
 
 
 def scrape_phases(base_url: str) -> dict[str, tuple[float, float]]:
     """phase -> (sum of seconds, count), summed over model names."""
-    phases: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(httpx.get(f"{base_url}/metrics", timeout=10).text):
-        if family.name != METRIC:
-            continue
-        for sample in family.samples:
-            total = phases.setdefault(sample.labels["phase"], [0.0, 0.0])
-            if sample.name == f"{METRIC}_sum":
-                total[0] += sample.value
-            elif sample.name == f"{METRIC}_count":
-                total[1] += sample.value
-    return {phase: (s, c) for phase, (s, c) in phases.items()}
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    seconds_sum, count = f"{STEP_PHASE}_sum", f"{STEP_PHASE}_count"
+    phases: dict[str, tuple[float, float]] = {}
+    for sample in parse(text, names=(seconds_sum, count)):
+        seconds, steps = phases.get(sample.labels["phase"], (0.0, 0.0))
+        if sample.name == seconds_sum:
+            seconds += sample.value
+        else:
+            steps += sample.value
+        phases[sample.labels["phase"]] = (seconds, steps)
+    return phases
 
 
 @dataclass(frozen=True)

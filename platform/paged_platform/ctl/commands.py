@@ -25,7 +25,8 @@ from paged_platform.ctl import render
 from paged_platform.ctl.render import Output
 from paged_platform.kube import ExitCode, Kube, KubeError, KubeTarget, connect
 from paged_platform.manifests import ManifestError, ManifestValidationError, field_errors, load_model_deployments
-from paged_platform.podmetrics import MetricsParseError, PodMetrics, parse_pod_metrics
+from paged_platform.podmetrics import PodMetrics, parse_pod_metrics
+from paged_platform.prometheus_text import MetricsError
 
 app = typer.Typer(
     name="paged-ctl",
@@ -286,7 +287,7 @@ async def _scrape(kube: Kube, pod: dict[str, Any], port: int, direct: bool) -> t
         return name, "no pod IP yet"
     try:
         return name, parse_pod_metrics(await kube.pod_get(name, port, "metrics", pod_ip=pod_ip))
-    except (KubeError, MetricsParseError) as exc:
+    except (KubeError, MetricsError) as exc:
         return name, str(exc)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from paged_platform.metric_names import ROUTER_ARRIVALS, ROUTER_QUEUE_DEPTH
+
 disable_created_metrics()  # the *_created series only double the scrape size
 
 COLD_START_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -15,7 +17,7 @@ class RouterMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.arrivals = Counter(
-            "paged_router_arrivals",
+            ROUTER_ARRIVALS.removesuffix("_total"),  # prometheus_client adds the suffix
             "Requests received, whatever became of them (with the queue depth, the demand the operator reads to "
             "scale a ModelDeployment from and to zero)",
             ["model_name"],
@@ -62,7 +64,7 @@ class RouterMetrics:
             registry=r,
         )
         self.queue_depth = Gauge(
-            "paged_router_queue_depth",
+            ROUTER_QUEUE_DEPTH,
             "Requests waiting for a replica with room (demand while a fleet scales from zero)",
             ["model_name"],
             registry=r,
