@@ -36,9 +36,9 @@ from fleet_sim.fleet import Actuation, RunRecord, Scaler, Snapshot, run
 from fleet_sim.scalers import HpaBehavior, HpaScaler, KedaScaler, KpaScaler, PagedScaler, PresentOracle
 from fleet_sim.scoring import Score, score
 from fleet_sim.workload import Lengths
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.config import controller_spec
 from paged_platform.api import ModelDeploymentSpec
+from paged_platform.engine_contract.budgets import Budgets
 
 MODEL = EngineModel()
 BUDGETS = Budgets(256, 2048)

@@ -30,8 +30,8 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.fleet_view import EngineSample
+from paged_platform.engine_contract.budgets import Budgets
 from paged_platform.prometheus_text import Histogram
 
 from .workload import RequestSpec

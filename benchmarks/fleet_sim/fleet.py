@@ -18,8 +18,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.fleet_view import EngineSample
+from paged_platform.engine_contract.budgets import Budgets
 
 from .engine_model import EngineModel, Pod, SimRequest
 from .workload import RequestSpec

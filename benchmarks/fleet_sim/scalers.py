@@ -29,8 +29,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.controller import ControllerSpec, Observation, decide, initial_state
+from paged_platform.engine_contract.budgets import Budgets
 
 from .fleet import Actuation, Snapshot
 from .workload import RateProfile

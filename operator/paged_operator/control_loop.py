@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import kopf
 from paged_platform.api import Decision, ModelDeployment, ModelDeploymentStatus
+from paged_platform.engine_contract.budgets import Budgets
 
 from paged_operator import admin_token, operator_metrics
 from paged_operator.clients import router_demand
@@ -36,7 +37,6 @@ from paged_operator.clients.kube import ApiError, NotLeading, post_warning
 from paged_operator.clients.metrics_source import MetricsSource, PodScraper, PrometheusSource, ScrapeResult
 from paged_operator.policy import budget_tuner
 from paged_operator.policy import memory as controller_memory
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.config import controller_spec, starting_budgets
 from paged_operator.policy.controller import ControllerSpec, ControllerState, Observation, Plan, decide
 from paged_operator.policy.scale_to_zero import RouterDemand
@@ -243,8 +243,7 @@ class ControlLoop:
         # them at the last one carried out (a tuner whose new budget never reached the ConfigMap would
         # otherwise see a budget it did not set, and start over).
         self.state = state
-        target = plan.target_budgets or starting_budgets(md.spec)
-        push_failed = await self._push(md, body, seen.serving, plan, target)
+        push_failed = await self._push(md, body, seen.serving, plan, push_target(md, plan))
         return Carried(deployment, desired, scale, tuned, in_force, push_failed, state)
 
     async def _scale(
@@ -419,3 +418,13 @@ def _conditions(
 
 def _pods_why(failures: Mapping[str, str]) -> str:
     return "; ".join(f"{pod}: {why}" for pod, why in sorted(failures.items()))
+
+
+def push_target(md: ModelDeployment, plan: Plan) -> Budgets:
+    """The budgets the engines should run: the tuner's, else the spec's static budget within the live limits the
+    engines report (a pod started before the spec raised them accepts no more until the rollout replaces it)."""
+    if plan.target_budgets is not None:
+        return plan.target_budgets
+    static = starting_budgets(md.spec)
+    limits = plan.view.budget_limits if plan.view is not None else None
+    return limits.clamp(static) if limits is not None else static

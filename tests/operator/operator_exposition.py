@@ -1,6 +1,13 @@
-"""Hand-written engine exposition text in the shape ``prometheus_client`` produces, with the DESIGN names."""
+"""Hand-written engine exposition text in the shape ``prometheus_client`` produces, with the DESIGN names, and the
+admin API's budget answer in the engine contract's shape, for the operator tests' stand-in engines."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
+
+from paged_platform.engine_contract.admin import BudgetsReport
+from paged_platform.engine_contract.budgets import BudgetLimits, Budgets, live_limits
 
 TTFT_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -16,9 +23,11 @@ def exposition(
     ttft_counts: tuple[int, ...] = (1, 3, 6, 8, 9, 10, 10, 10),
     max_num_seqs: int = 64,
     max_num_batched_tokens: int = 2048,
+    limits: BudgetLimits | None = None,
     model: str = "gemma-3-270m",
 ) -> str:
-    """Metrics page of one engine; ``ttft_counts`` are cumulative counts per bound of ``TTFT_BOUNDS`` plus +Inf."""
+    """Metrics page of one engine; ``ttft_counts`` are cumulative counts per bound of ``TTFT_BOUNDS`` plus +Inf;
+    ``limits``: the live limits it reports (None: an engine that reports none)."""
     assert len(ttft_counts) == len(TTFT_BOUNDS) + 1
     m = f'model_name="{model}"'
     buckets = "\n".join(
@@ -81,4 +90,22 @@ paged_scheduler_max_num_seqs{{{m}}} {max_num_seqs:.1f}
 # HELP paged_scheduler_max_num_batched_tokens Current max_num_batched_tokens budget.
 # TYPE paged_scheduler_max_num_batched_tokens gauge
 paged_scheduler_max_num_batched_tokens{{{m}}} {max_num_batched_tokens:.1f}
+""" + (_limits(limits, m) if limits is not None else "")
+
+
+def _limits(limits: BudgetLimits, m: str) -> str:
+    return f"""\
+# HELP paged_scheduler_max_num_seqs_limit Highest max_num_seqs the admin API accepts.
+# TYPE paged_scheduler_max_num_seqs_limit gauge
+paged_scheduler_max_num_seqs_limit{{{m}}} {limits.max_num_seqs:.1f}
+# HELP paged_scheduler_max_num_batched_tokens_limit Highest max_num_batched_tokens the admin API accepts.
+# TYPE paged_scheduler_max_num_batched_tokens_limit gauge
+paged_scheduler_max_num_batched_tokens_limit{{{m}}} {limits.max_num_batched_tokens:.1f}
 """
+
+
+def budgets_answer(put_body: bytes | str, limits: BudgetLimits | None = None) -> dict[str, Any]:
+    """What an engine's ``PUT /admin/budgets`` answers when it takes ``put_body`` (within its live limits)."""
+    body = json.loads(put_body)
+    budgets = Budgets(body["max_num_seqs"], body["max_num_batched_tokens"])
+    return BudgetsReport.of(budgets, limits or live_limits(budgets)).model_dump()

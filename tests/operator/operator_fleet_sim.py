@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from paged_operator.policy.arbiter import Action
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.controller import ControllerSpec, ControllerState, Observation, decide, initial_state
 from paged_operator.policy.fleet_view import EngineSample
+from paged_platform.engine_contract.budgets import Budgets
 
 Trace = Callable[[float], float]
 

@@ -16,13 +16,13 @@ import pytest
 from paged_operator import handlers
 from paged_operator.clients.kube import ApiError, KubeApi
 from paged_operator.control_loop import ControlLoop
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.render import children
 from paged_operator.shared import Options, Shared
 from paged_operator.status import api_outage
+from paged_platform.engine_contract.budgets import Budgets
 
 from tests.operator.operator_cluster import Cluster
-from tests.operator.operator_exposition import exposition
+from tests.operator.operator_exposition import budgets_answer, exposition
 
 T0 = datetime(2026, 12, 1, 14, 0, tzinfo=UTC)
 
@@ -77,6 +77,8 @@ class Engines:
     def handle(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/ready":
             return httpx.Response(200, json={"ready": True})
+        if request.method == "PUT":
+            return httpx.Response(200, json=budgets_answer(request.content))
         text = exposition(kv=0.92, running=40, preemptions=self.preemptions, max_num_seqs=48)
         return httpx.Response(200, text=text)
 

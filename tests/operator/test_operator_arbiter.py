@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from paged_operator.policy.arbiter import Action, ArbiterSpec, ArbiterState, arbitrate
 from paged_operator.policy.autoscaler import ScaleDecision
-from paged_operator.policy.budget_tuner import Budgets, TuneDecision, TuneKind
+from paged_operator.policy.budget_tuner import TuneDecision, TuneKind
+from paged_platform.engine_contract.budgets import Budgets
 
 SPEC = ArbiterSpec(max_scale_up_deferral_s=120)
 LOWER = TuneDecision(Budgets(48, 2048), "storm: max_num_seqs 64 → 48", TuneKind.LOWER_SEQS)

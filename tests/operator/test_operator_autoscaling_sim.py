@@ -9,9 +9,9 @@ import statistics
 
 import pytest
 from paged_operator.policy.autoscaler import AutoscalingPolicySpec
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.controller import ControllerSpec
 from paged_operator.policy.fleet_view import EngineSample
+from paged_platform.engine_contract.budgets import Budgets
 
 from benchmarks.fleet_sim import workload
 from benchmarks.fleet_sim.engine_model import EngineModel, Pod, SimRequest

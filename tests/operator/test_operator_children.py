@@ -6,10 +6,15 @@ import json
 from typing import Any
 
 import pytest
-from paged_engine.cli import build_parser, engine_config
-from paged_operator.policy.budget_tuner import Budgets
+from paged_engine.engine.config import EngineConfig
+from paged_engine.server.config import ServerConfig
+from paged_operator.policy.config import live_limits
 from paged_operator.render import children
 from paged_platform.api import ModelDeployment
+from paged_platform.engine_contract.budgets import Budgets
+from paged_platform.engine_contract.launch import ADMIN_TOKEN_ENV, MAX_NUM_SEQS_ENV
+
+from tests.kubelet_env import container_environment, engine_started_by
 
 UID = "7f1c8d2e-0000-4000-8000-000000000001"
 
@@ -21,16 +26,6 @@ def md(spec: dict[str, Any] | None = None, name: str = "gemma") -> ModelDeployme
 def engine_container(obj: ModelDeployment) -> dict[str, Any]:
     (container,) = children.deployment(obj, UID)["spec"]["template"]["spec"]["containers"]
     return container
-
-
-def expand(args: list[str], env: dict[str, str]) -> list[str]:
-    """What the kubelet does with ``$(VAR)`` in container args."""
-    out = []
-    for arg in args:
-        for key, value in env.items():
-            arg = arg.replace(f"$({key})", value)
-        out.append(arg)
-    return out
 
 
 def test_every_child_is_owned_by_the_model_deployment_and_labelled() -> None:
@@ -91,30 +86,63 @@ def test_engine_container_probes_drain_and_grace() -> None:
     assert pod["terminationGracePeriodSeconds"] > children.DRAIN_WAIT_S + children.SHUTDOWN_GRACE_S
 
 
-def test_engine_args_parse_with_the_engine_cli_after_expansion() -> None:
+def started(obj: ModelDeployment, budgets: Budgets | None = None) -> tuple[Any, EngineConfig, ServerConfig]:
+    """What the engine of ``obj``'s pods starts with: its args and the environment the kubelet gives it."""
+    container = engine_container(obj)
+    cm = children.config_map(obj, UID, budgets or children.config_map_budgets(obj, None))
+    secret = {"token": "t" * 32}
+    env = container_environment(container["env"], {}, {cm["metadata"]["name"]: cm["data"]},
+                                {children.secret_name(obj): secret})  # fmt: skip
+    return engine_started_by(container, env)
+
+
+def test_the_engine_starts_with_what_the_spec_renders() -> None:
     obj = md(
         {
             "engine": {"maxModelLen": 1024, "kvCacheMemory": "64Mi", "blockSize": 32, "extraArgs": ["--seed", "7"]},
             "schedulerBudget": {"maxNumSeqs": 12, "maxNumBatchedTokens": 512},
         }
     )
-    container = engine_container(obj)
-    assert container["command"] == ["paged-engine"]
-    data = children.config_map(obj, UID, children.config_map_budgets(obj, None))["data"]
-    env = {
-        children.SEQS_ENV: data[children.SEQS_KEY],
-        children.TOKENS_ENV: data[children.TOKENS_KEY],
-    }
-    args = build_parser().parse_args(expand(container["args"], env))
-    assert (args.model, args.host, args.port) == ("default", "0.0.0.0", children.ENGINE_PORT)
-    assert (args.max_num_seqs, args.max_num_batched_tokens) == (12, 512)
-    assert (args.max_model_len, args.kv_cache_memory, args.block_size, args.seed) == (1024, 64 * 2**20, 32, 7)
-    config = engine_config(args)  # the flags make a valid engine configuration
-    assert (config.scheduler.max_num_seqs, config.kv_cache_memory, config.seed) == (12, 64 * 2**20, 7)
-    assert args.served_model_name == "gemma-3-270m"
-    refs = {e["name"]: e["valueFrom"] for e in container["env"]}
-    assert refs["PAGED_ADMIN_TOKEN"] == {"secretKeyRef": {"name": "gemma-admin-token", "key": "token"}}
-    assert refs[children.SEQS_ENV] == {"configMapKeyRef": {"name": "gemma-engine", "key": "maxNumSeqs"}}
+    assert engine_container(obj)["command"] == ["paged-engine"]
+    args, config, server = started(obj)
+    assert (args.model, server.host, server.port, server.admin_port) == (
+        "default",
+        "0.0.0.0",
+        children.ENGINE_PORT,
+        children.ADMIN_PORT,
+    )
+    scheduler = config.scheduler.resolved("cpu", serving=True)
+    assert scheduler.budgets == Budgets(12, 512)  # from the ConfigMap, through the environment
+    assert scheduler.live_limits() == live_limits(obj.spec)  # the flags the operator rendered
+    assert (config.scheduler.max_model_len, config.kv_cache_memory, config.block_size, config.seed) == (
+        1024,
+        64 * 2**20,
+        32,
+        7,
+    )
+    assert server.model_name(config.model) == "gemma-3-270m" and server.admin_token == "t" * 32
+    refs = {e["name"]: e["valueFrom"] for e in engine_container(obj)["env"]}
+    assert refs[ADMIN_TOKEN_ENV] == {"secretKeyRef": {"name": "gemma-admin-token", "key": "token"}}
+    assert refs[MAX_NUM_SEQS_ENV] == {"configMapKeyRef": {"name": "gemma-engine", "key": "maxNumSeqs"}}
+
+
+def test_unset_budgets_start_by_the_engines_rule_for_the_pods_device() -> None:
+    assert started(md())[1].scheduler.resolved("cpu", serving=True).budgets == Budgets(128, 512)
+    gpu = md({"resources": {"gpus": 1}})
+    args, config, _ = started(gpu)
+    assert args.device == "cuda" and config.scheduler.resolved("cuda", serving=True).budgets == Budgets(128, 2048)
+
+
+def test_live_limits_admit_the_tuners_bounds_and_change_only_past_the_floor() -> None:
+    tuned = md({"schedulerBudget": {"adaptive": {"enabled": True, "maxNumSeqs": {"min": 8, "max": 1024},
+                                                 "maxNumBatchedTokens": {"min": 512, "max": 65536}}}})  # fmt: skip
+    limits = started(tuned, Budgets(1024, 65536))[1].scheduler.resolved("cpu", serving=True).live_limits()
+    assert (limits.max_num_seqs, limits.max_num_batched_tokens) == (1024, 65536)
+    # a static budget below the floors leaves the flags, so the pods, as they are
+    assert children.engine_args(md({"schedulerBudget": {"maxNumSeqs": 200}})) == children.engine_args(md())
+    assert "--max-num-seqs-limit" in children.engine_args(md()) and "300" in children.engine_args(
+        md({"schedulerBudget": {"maxNumSeqs": 300, "maxNumBatchedTokens": 300}})
+    )
 
 
 def test_resources_gpus_scheduling_and_rollout_follow_the_spec() -> None:
@@ -177,13 +205,19 @@ def test_config_map_records_budgets_and_engine_config() -> None:
     cm = children.config_map(obj, UID, Budgets(32, 1024))
     assert cm["data"]["maxNumSeqs"] == "32" and cm["data"]["maxNumBatchedTokens"] == "1024"
     assert json.loads(cm["data"]["engine.json"])["budgets"] == {"maxNumSeqs": 32, "maxNumBatchedTokens": 1024}
-    assert cm["metadata"]["annotations"] == {children.SPEC_BUDGET_ANNOTATION: "64/2048"}
+    assert cm["metadata"]["annotations"] == {children.SPEC_BUDGET_ANNOTATION: "128/512"}  # the engine's defaults
     assert children.budgets_from_config_map(cm["data"]) == Budgets(32, 1024)
 
 
 @pytest.mark.parametrize(
     "data",
-    [None, {}, {"maxNumSeqs": "x", "maxNumBatchedTokens": "2"}, {"maxNumSeqs": "64", "maxNumBatchedTokens": "8"}],
+    [
+        None,
+        {},
+        {"maxNumSeqs": "x", "maxNumBatchedTokens": "2"},
+        {"maxNumSeqs": "64", "maxNumBatchedTokens": "8"},
+        {"maxNumSeqs": "5000", "maxNumBatchedTokens": "8192"},  # beyond the contract's bounds
+    ],
 )
 def test_unreadable_config_map_budgets_are_none(data: dict[str, str] | None) -> None:
     assert children.budgets_from_config_map(data) is None
@@ -215,7 +249,7 @@ def test_config_map_budgets_keep_tuned_values_until_the_spec_budget_changes() ->
     changed = md({**ADAPTIVE, "schedulerBudget": {**ADAPTIVE["schedulerBudget"], "maxNumSeqs": 8}})
     assert children.config_map_budgets(changed, tuned) == Budgets(8, 1024)
     # Without the tuner the spec's budget is always the one.
-    assert children.config_map_budgets(md(), children.config_map(md(), UID, Budgets(40, 2048))) == Budgets(64, 2048)
+    assert children.config_map_budgets(md(), children.config_map(md(), UID, Budgets(40, 2048))) == Budgets(128, 512)
 
 
 def test_admin_secret_needs_a_real_token() -> None:

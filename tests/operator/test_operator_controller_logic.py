@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 from paged_operator.policy.arbiter import Action
 from paged_operator.policy.autoscaler import AutoscalingPolicySpec
-from paged_operator.policy.budget_tuner import Budgets, BudgetSpec
+from paged_operator.policy.budget_tuner import BudgetSpec
 from paged_operator.policy.controller import ControllerSpec, ControllerState, Observation, decide, initial_state
 from paged_operator.policy.fleet_view import EngineSample
+from paged_platform.engine_contract.budgets import BudgetLimits, Budgets
 
 SCALE = AutoscalingPolicySpec(
     min_replicas=1, max_replicas=8, stabilization_window_up_s=0, stabilization_window_down_s=60, max_step_up=2
@@ -189,3 +190,31 @@ def test_unschedulable_replicas_stop_the_scale_up_and_say_why() -> None:
     later = [replace(obs(t, cold), unschedulable={"m-x": message}) for t in range(0, 200, 10)]
     plans, _ = rounds(spec, initial_state(spec, None), later)
     assert any(p.replicas is not None and p.replicas < 2 for p in plans)
+
+
+def with_limits(o: Observation, limits: BudgetLimits) -> Observation:
+    return replace(o, samples=tuple(replace(s, limits=limits) for s in o.samples))
+
+
+def test_the_tuner_stays_within_the_live_limits_the_engines_report() -> None:
+    """An engine started with lower live limits (before the spec raised its bounds) takes no more: a budget in
+    force above them is clamped down first (never pushed and refused), and raises stop at the limit."""
+    spec = ControllerSpec(autoscaling=None, budget=BUDGET)
+    busy = {"kv": 0.3, "waiting": 40}
+    limits = BudgetLimits(70, 1024)
+    (plan,), _ = rounds(spec, initial_state(spec, START), [with_limits(obs(0, {"a": busy}), limits)])
+    assert plan.view is not None and plan.view.budget_limits == limits
+    assert plan.verdict.action is Action.TUNE and plan.budgets == Budgets(64, 1024)
+    assert plan.tune is not None and "outside the bounds" in plan.tune.reason
+    start = Budgets(64, 1024)
+    plans, _ = rounds(spec, initial_state(spec, start), [with_limits(obs(t, {"a": busy}), limits) for t in (0, 10)])
+    assert plans[1].budgets == Budgets(70, 1024)  # idle KV with a queue wants 72: the engines take 70
+
+
+def test_the_fleet_accepts_what_every_engine_accepts() -> None:
+    spec = ControllerSpec(autoscaling=None, budget=None)
+    o = obs(0, {"a": {"kv": 0.5}, "b": {"kv": 0.5}, "old": {"kv": 0.5}})
+    reported = {"a": BudgetLimits(256, 32768), "b": BudgetLimits(512, 16384)}
+    o = replace(o, samples=tuple(replace(s, limits=reported.get(s.pod)) for s in o.samples))
+    (plan,), _ = rounds(spec, initial_state(spec, None), [o])
+    assert plan.view is not None and plan.view.budget_limits == BudgetLimits(256, 16384)

@@ -12,11 +12,12 @@ from paged_operator.policy import budget_tuner
 from paged_operator.policy import memory as controller_memory
 from paged_operator.policy.arbiter import ArbiterState
 from paged_operator.policy.autoscaler import AutoscalerState, AutoscalingPolicySpec, Recommendation
-from paged_operator.policy.budget_tuner import Budgets, BudgetSpec, TuneKind, TunerState
+from paged_operator.policy.budget_tuner import BudgetSpec, TuneKind, TunerState
 from paged_operator.policy.controller import ControllerSpec, ControllerState, initial_state
 from paged_operator.policy.fleet_view import SampleWindow
 from paged_operator.policy.scale_to_zero import ZeroState
 from paged_platform.api import ModelDeploymentStatus
+from paged_platform.engine_contract.budgets import Budgets
 
 SPEC = ControllerSpec(
     autoscaling=AutoscalingPolicySpec(max_replicas=12, panic_window_s=20),

@@ -7,8 +7,9 @@ import json
 
 import httpx
 import pytest
+from operator_exposition import budgets_answer
 from paged_operator.clients.engine_admin import EngineAdmin, EnginePod, engine_pod
-from paged_operator.policy.budget_tuner import Budgets
+from paged_platform.engine_contract.budgets import Budgets
 
 PODS = [EnginePod("a", "http://127.1.0.1:8000"), EnginePod("b", "http://127.1.0.2:8000")]
 
@@ -63,16 +64,22 @@ async def test_push_budgets_sends_the_admin_token_and_reports_refusals() -> None
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append((request.url.host, json.loads(request.content), request.headers["Authorization"]))
         if request.url.host == "127.1.0.2":
-            return httpx.Response(400, text="max_num_seqs 999 exceeds the limit 512")
-        return httpx.Response(200, json={})
+            error = {"message": "max_num_seqs must be in [1, 16], got 24", "type": "invalid_request_error",
+                     "param": "max_num_seqs", "code": None}  # fmt: skip
+            return httpx.Response(400, json={"error": error})
+        if request.url.host == "127.1.0.3":
+            return httpx.Response(200, text="not the contract's answer")
+        return httpx.Response(200, json=budgets_answer(request.content))
 
     admin, client = admin_with(handler)
     async with client:
-        failed = await admin.push_budgets(PODS, Budgets(24, 1024), "secret-token")
-    assert {host for host, _, _ in seen} == {"127.1.0.1", "127.1.0.2"}
+        failed = await admin.push_budgets([*PODS, EnginePod("c", "http://127.1.0.3:8000")], Budgets(24, 1024),
+                                          "secret-token")  # fmt: skip
+    assert {host for host, _, _ in seen} == {"127.1.0.1", "127.1.0.2", "127.1.0.3"}
     assert all(body == {"max_num_seqs": 24, "max_num_batched_tokens": 1024} for _, body, _ in seen)
     assert all(auth == "Bearer secret-token" for _, _, auth in seen)
-    assert failed == {"b": "HTTP 400: max_num_seqs 999 exceeds the limit 512"}
+    assert failed["b"] == "HTTP 400: max_num_seqs must be in [1, 16], got 24 (param max_num_seqs)"
+    assert failed["c"].startswith("unreadable answer") and set(failed) == {"b", "c"}
 
 
 def test_timeout_must_be_positive() -> None:

@@ -19,7 +19,6 @@ from paged_operator.clients.kube import (
     resource_of,
 )
 from paged_operator.control_loop import ControlLoop
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.config import controller_spec
 from paged_operator.replica_count import (
     desired_replicas,
@@ -30,6 +29,7 @@ from paged_operator.replica_count import (
 )
 from paged_operator.shared import Shared
 from paged_platform.api import ModelDeployment
+from paged_platform.engine_contract.budgets import Budgets
 
 
 def md(**spec: object) -> ModelDeployment:

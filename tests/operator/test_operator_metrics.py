@@ -17,6 +17,7 @@ from paged_operator.policy.fleet_view import (
     fleet_view,
     histogram_increase,
 )
+from paged_platform.engine_contract.budgets import BudgetLimits
 from paged_platform.prometheus_text import Histogram, MetricsError
 
 MODEL = "gemma-3-270m"
@@ -36,6 +37,16 @@ def test_parses_a_realistic_page() -> None:
     assert s.ttft is not None and s.ttft.count == 10
     assert s.ttft.buckets[0] == (0.05, 1.0) and math.isinf(s.ttft.buckets[-1][0])
     assert s.itl is not None and s.itl.count == 100
+    assert s.limits is None  # this page reports no live limits
+
+
+def test_the_live_limits_an_engine_reports_are_read_and_checked() -> None:
+    page = exposition(max_num_seqs=48, limits=BudgetLimits(300, 40000))
+    assert parse_exposition(page, pod="p", time=0.0).limits == BudgetLimits(300, 40000)
+    line = f'paged_scheduler_max_num_seqs_limit{{model_name="{MODEL}"}}'
+    broken = page.replace(f"{line} 300.0", f"{line} 0.0")
+    with pytest.raises(MetricsError, match=r"pod p: max_num_seqs_limit must be in \[1, 4096\], got 0"):
+        parse_exposition(broken, pod="p", time=0.0)
 
 
 def test_model_name_filter_and_summing() -> None:

@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 import pytest
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.render import children
 from paged_operator.render.model_mounts import inside
 from paged_operator.status import model_ready as model_status
 from paged_platform.api import ModelDeployment
+from paged_platform.engine_contract.budgets import Budgets
 
 UID = "7f1c8d2e-0000-4000-8000-000000000001"
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.config import controller_spec, starting_budgets
 from paged_operator.policy.controller import initial_state
 from paged_platform.api import ModelDeploymentSpec
+from paged_platform.engine_contract.budgets import Budgets
 
 
 def test_defaults_map_to_an_autoscaler_without_tuner() -> None:
@@ -23,7 +23,7 @@ def test_defaults_map_to_an_autoscaler_without_tuner() -> None:
     assert a.stabilization_window_up_s == spec.autoscaling.scale_up.stabilization_window_seconds
     assert a.max_step_down == spec.autoscaling.scale_down.max_step
     assert c.rate_window_s == 30 and a.panic_window_s == 30  # two 15 s intervals
-    assert starting_budgets(spec) == Budgets(64, 2048)
+    assert starting_budgets(spec) == Budgets(128, 512)  # unset: the engine's rule for a CPU server
 
 
 def test_full_spec_with_adaptive_budget() -> None:

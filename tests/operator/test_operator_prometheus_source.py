@@ -12,10 +12,12 @@ from paged_operator.cli import build_parser
 from paged_operator.clients.kube import KubeApi
 from paged_operator.control_loop import ControlLoop
 from paged_operator.shared import Options, Shared
+from paged_platform.engine_contract.budgets import resolve_budgets
 
 from tests.operator.operator_cluster import Cluster
 
 PROMETHEUS = "http://prometheus.monitoring:9090"
+DEFAULT = resolve_budgets(None, None, device_type="cpu", serving=True)
 SPEC: dict[str, Any] = {
     "replicas": {"min": 1, "max": 4},
     "autoscaling": {
@@ -36,8 +38,9 @@ class Prometheus:
             "paged_requests_running": {pod: 12.0 for pod in kv},
             "paged_requests_waiting": {pod: 0.0 for pod in kv},
             "paged_preemptions_total": {pod: 0.0 for pod in kv},
-            "paged_scheduler_max_num_seqs": {pod: 64.0 for pod in kv},  # the default budgets: nothing to push
-            "paged_scheduler_max_num_batched_tokens": {pod: 2048.0 for pod in kv},
+            # the budgets a default spec starts with: nothing to push
+            "paged_scheduler_max_num_seqs": {pod: float(DEFAULT.max_num_seqs) for pod in kv},
+            "paged_scheduler_max_num_batched_tokens": {pod: float(DEFAULT.max_num_batched_tokens) for pod in kv},
         }
 
     def handle(self, request: httpx.Request) -> httpx.Response:

@@ -23,8 +23,9 @@ from operator_fleet_sim import (
 )
 from paged_operator.policy.arbiter import Action
 from paged_operator.policy.autoscaler import AutoscalingPolicySpec
-from paged_operator.policy.budget_tuner import Budgets, BudgetSpec
+from paged_operator.policy.budget_tuner import BudgetSpec
 from paged_operator.policy.controller import ControllerSpec
+from paged_platform.engine_contract.budgets import Budgets
 
 SCALING = AutoscalingPolicySpec(max_replicas=12, panic_window_s=20)
 TUNING = BudgetSpec(min_num_seqs=8, max_num_seqs=128)

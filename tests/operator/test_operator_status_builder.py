@@ -9,10 +9,10 @@ import pytest
 from operator_views import view
 from paged_operator.policy.arbiter import Action, Verdict
 from paged_operator.policy.autoscaler import ScaleDecision, Signal
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.controller import Plan
 from paged_operator.status import builder as sb
 from paged_platform.api import ModelDeploymentStatus
+from paged_platform.engine_contract.budgets import Budgets
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

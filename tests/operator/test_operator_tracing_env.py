@@ -36,9 +36,8 @@ def router(obj: ModelDeployment) -> dict[str, Any]:
 
 
 def engine_flags(container: dict[str, Any]) -> Any:
-    """The engine's parsed arguments (the budget references expanded as the kubelet would)."""
-    budgets = {f"$({children.SEQS_ENV})": "8", f"$({children.TOKENS_ENV})": "512"}
-    return build_parser().parse_args([budgets.get(arg, arg) for arg in container["args"]])
+    """The engine's parsed arguments."""
+    return build_parser().parse_args(container["args"])
 
 
 def otel(container: dict[str, Any], pod: str) -> dict[str, str]:

@@ -28,7 +28,7 @@ from paged_operator.status.writer import read_status
 
 from e2e.cluster.access import ServiceAccountAccess
 from e2e.cluster.client import KubeClient, wait_for
-from tests.operator.operator_exposition import exposition
+from tests.operator.operator_exposition import budgets_answer, exposition
 from tests.operator_k8s.helpers import md_path, model_deployment
 
 pytestmark = pytest.mark.k8s
@@ -77,7 +77,7 @@ class Engines:
             return httpx.Response(200, text=text)
         if request.url.path == "/admin/budgets" and request.method == "PUT":
             self.max_num_seqs = json.loads(request.content)["max_num_seqs"]
-            return httpx.Response(200, json={})
+            return httpx.Response(200, json=budgets_answer(request.content))
         return httpx.Response(404)
 
 

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from paged_platform.engine_contract.launch import DEFAULT_MAX_LORAS
+
 from paged_engine.attention.selection import BACKENDS
 from paged_engine.config_fields import setting
 from paged_engine.core.scheduler_config import SchedulerConfig
@@ -102,7 +104,9 @@ class EngineConfig:
     enable_lora: bool = setting(
         False, "serve LoRA adapters, loaded at run time through the admin API (implied by --lora-modules)"
     )
-    max_loras: int = setting(4, "LoRA adapters held at once (a weight slot each, allocated at start-up)")
+    max_loras: int = setting(
+        DEFAULT_MAX_LORAS, "LoRA adapters held at once (a weight slot each, allocated at start-up)"
+    )
     max_lora_rank: int = setting(16, "highest LoRA rank an adapter may have (the slots' width)")
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 

@@ -79,7 +79,7 @@ class EngineMetrics:
         )
         self.iteration_tokens = histogram("paged_iteration_tokens", "Tokens computed per engine step.", _TOKEN_BUCKETS)
         self.step_phase = Histogram(
-            "paged_step_phase_seconds", "Time per engine step (or, for server phases, per call) by phase: schedule, "
+            names.STEP_PHASE, "Time per engine step (or, for server phases, per call) by phase: schedule, "
             "prepare, model, attention, sample, update in the engine core; ipc_decode, detokenize and http (writing a "
             "streamed chunk) in the server.",
             ["model_name", "phase"], buckets=_PHASE_BUCKETS, registry=r,
@@ -88,7 +88,7 @@ class EngineMetrics:
             "paged_lora_requests", "API requests served by each LoRA adapter (base-model requests are not counted).",
             ["model_name", "lora_name"], registry=r,
         )  # fmt: skip
-        self.info = Info("paged_engine", "Static facts about this engine.", registry=r)
+        self.info = Info(names.ENGINE_INFO.removesuffix("_info"), "Static facts about this engine.", registry=r)
 
     def set_info(self, **facts: str) -> None:
         self.info.info({"model_name": self.model_name, **facts})

@@ -1,4 +1,5 @@
-"""Talking to the engine pods themselves: which ones serve (``/ready``), and pushing budgets (``/admin/budgets``).
+"""Talking to the engine pods themselves: which ones serve (``/ready``), and pushing budgets (``/admin/budgets``,
+in the engine contract's bodies: ``BudgetUpdate`` out, ``BudgetsReport`` back).
 
 Kubernetes readiness is necessary but not sufficient: the operator only counts a pod as ready when its
 engine also answers ``/ready`` within a short timeout, so a pod whose engine is still loading (or whose
@@ -15,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from paged_platform.engine_contract.admin import BUDGETS_PATH, BudgetsReport, BudgetUpdate
+from paged_platform.engine_contract.budgets import Budgets
+from pydantic import ValidationError
 
 from paged_operator.clients.metrics_source import PodTarget
-from paged_operator.policy.budget_tuner import Budgets
 
 
 @dataclass(frozen=True)
@@ -72,21 +75,34 @@ class EngineAdmin:
 
     async def push_budgets(self, pods: Sequence[EnginePod], budgets: Budgets, token: str) -> dict[str, str]:
         """PUT the budgets to each pod; returns pod → error for those that did not take them."""
-        body = {"max_num_seqs": budgets.max_num_seqs, "max_num_batched_tokens": budgets.max_num_batched_tokens}
-        answers = await asyncio.gather(*(self._put(pod, body, token) for pod in pods))
+        body = BudgetUpdate.of(budgets).model_dump(exclude_none=True)
+        answers = await asyncio.gather(*(self._put(pod, body, budgets, token) for pod in pods))
         return {pod.name: why for pod, why in zip(pods, answers, strict=True) if why is not None}
 
-    async def _put(self, pod: EnginePod, body: dict[str, int], token: str) -> str | None:
+    async def _put(self, pod: EnginePod, body: dict[str, int], budgets: Budgets, token: str) -> str | None:
         headers = {"Authorization": f"Bearer {token}"}
         try:
             async with asyncio.timeout(self._timeout_s):
                 response = await self._client.put(
-                    f"{pod.admin_base}/admin/budgets", json=body, headers=headers, timeout=self._timeout_s
+                    f"{pod.admin_base}{BUDGETS_PATH}", json=body, headers=headers, timeout=self._timeout_s
                 )
         except TimeoutError:
             return f"no answer within {self._timeout_s:g} s"
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}: {exc}"
         if response.is_error:
-            return f"HTTP {response.status_code}: {response.text[:200]}"
-        return None
+            return f"HTTP {response.status_code}: {_error_message(response)}"
+        try:
+            in_force = BudgetsReport.model_validate_json(response.content).budgets
+        except (ValidationError, ValueError) as exc:
+            return f"unreadable answer: {exc}"
+        return None if in_force == budgets else f"answered with budgets {in_force.describe()}"
+
+
+def _error_message(response: httpx.Response) -> str:
+    """The engine's error message and the field it names (its OpenAI-style envelope), else the raw text."""
+    try:
+        error = response.json()["error"]
+        return f"{error['message']}" + (f" (param {error['param']})" if error.get("param") else "")
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]

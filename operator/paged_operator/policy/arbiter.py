@@ -37,8 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from paged_platform.engine_contract.budgets import Budgets
+
 from paged_operator.policy.autoscaler import ScaleDecision
-from paged_operator.policy.budget_tuner import Budgets, TuneDecision, TuneKind
+from paged_operator.policy.budget_tuner import TuneDecision, TuneKind
 
 #: Budget changes that add capacity on every pod at once: a burst measured before them is overstated.
 RAISES = frozenset({TuneKind.RAISE_SEQS, TuneKind.RAISE_TOKENS})

@@ -32,36 +32,23 @@ trades TTFT against ITL, so it moves only against latency objectives, when set:
   for ``storm_memory_s``: a later TTFT raise stops below it (TTFT is then the autoscaler's).
 
 One change per decision, in this priority: storm, idle memory, TTFT, ITL. ``max_num_batched_tokens``
-never goes below ``max_num_seqs`` (every running sequence needs at least one token per step).
+never goes below ``max_num_seqs`` (every running sequence needs at least one token per step), and no proposal
+exceeds the live limits the engines report (``BudgetSpec.within``): the budgets are the engine contract's
+``Budgets``, so a proposal that broke either rule could not even be built.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
+
+from paged_platform.engine_contract.budgets import BudgetLimits, Budgets
 
 from paged_operator.policy.fleet_view import FleetView
 
 #: Running sequences per replica at or above this share of ``max_num_seqs`` mean the budget binds.
 BUDGET_BOUND_FRACTION = 0.9
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """Scheduler budgets of every engine of one deployment."""
-
-    max_num_seqs: int
-    max_num_batched_tokens: int
-
-    def __post_init__(self) -> None:
-        if self.max_num_seqs < 1:
-            raise ValueError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}")
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least max_num_seqs "
-                f"({self.max_num_seqs})"
-            )
 
 
 @dataclass(frozen=True)
@@ -127,6 +114,20 @@ class BudgetSpec:
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be positive when set, got {value}")
 
+    def within(self, limits: BudgetLimits | None) -> BudgetSpec:
+        """These knobs with the upper bounds lowered to what the engines accept live (None: unknown, unchanged)."""
+        if limits is None:
+            return self
+        seqs_max = min(self.max_num_seqs, limits.max_num_seqs)
+        tokens_max = min(self.max_num_batched_tokens, limits.max_num_batched_tokens)
+        return replace(
+            self,
+            min_num_seqs=min(self.min_num_seqs, seqs_max, tokens_max),
+            max_num_seqs=seqs_max,
+            min_num_batched_tokens=min(self.min_num_batched_tokens, tokens_max),
+            max_num_batched_tokens=tokens_max,
+        )
+
     def clamp(self, budgets: Budgets) -> Budgets:
         """Budgets moved into the bounds, keeping ``max_num_batched_tokens >= max_num_seqs``."""
         seqs = min(self.max_num_seqs, max(self.min_num_seqs, budgets.max_num_seqs))
@@ -178,7 +179,10 @@ def decide(spec: BudgetSpec, state: TunerState, view: FleetView | None, now: flo
     clamped = spec.clamp(current)
     if clamped != current:
         return TuneDecision(
-            clamped, f"budgets {_fmt(current)} outside the spec's bounds → {_fmt(clamped)}", TuneKind.CLAMP
+            clamped,
+            f"budgets {current.describe()} outside the bounds (the spec's, within the engines' live limits) → "
+            f"{clamped.describe()}",
+            TuneKind.CLAMP,
         )
     if view is None:
         return TuneDecision(None, "no metrics: budgets unchanged")
@@ -255,7 +259,8 @@ def decide(spec: BudgetSpec, state: TunerState, view: FleetView | None, now: flo
                 TuneKind.LOWER_TOKENS,
             )
     return TuneDecision(
-        None, f"{idle_note}budgets {_fmt(current)} unchanged: KV usage {kv:.2f}, preemptions {rate:.3g}/s per replica"
+        None,
+        f"{idle_note}budgets {current.describe()} unchanged: KV usage {kv:.2f}, preemptions {rate:.3g}/s per replica",
     )
 
 
@@ -279,7 +284,3 @@ def applied(spec: BudgetSpec, state: TunerState, decision: TuneDecision, now: fl
     if decision.kind is TuneKind.LOWER_TOKENS:
         itl_level, itl_until = state.budgets.max_num_batched_tokens, now + spec.storm_memory_s
     return TunerState(decision.budgets, now, storm_level, storm_until, itl_level, itl_until)
-
-
-def _fmt(b: Budgets) -> str:
-    return f"(max_num_seqs={b.max_num_seqs}, max_num_batched_tokens={b.max_num_batched_tokens})"

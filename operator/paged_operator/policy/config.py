@@ -8,10 +8,11 @@ the panic average need at least two samples, and a budget change needs a few dec
 from __future__ import annotations
 
 from paged_platform.api import ModelDeploymentSpec
+from paged_platform.engine_contract.budgets import BudgetLimits, Budgets, limits_for_ceiling
 
 from paged_operator.policy.arbiter import ArbiterSpec
 from paged_operator.policy.autoscaler import AutoscalingPolicySpec
-from paged_operator.policy.budget_tuner import Budgets, BudgetSpec
+from paged_operator.policy.budget_tuner import BudgetSpec
 from paged_operator.policy.controller import ControllerSpec
 from paged_operator.policy.scale_to_zero import ZeroSpec
 
@@ -68,5 +69,14 @@ def scales_to_zero(spec: ModelDeploymentSpec) -> ZeroSpec | None:
 
 
 def starting_budgets(spec: ModelDeploymentSpec) -> Budgets:
-    """The budgets pods start with before the tuner has changed anything (the spec's static budget)."""
-    return Budgets(spec.scheduler_budget.max_num_seqs, spec.scheduler_budget.max_num_batched_tokens)
+    """The budgets pods start with before the tuner has changed anything: the spec's (unset ones by the engine
+    contract's rule for the pods' device), moved into the tuner's bounds when it is on."""
+    start = spec.starting_budgets()
+    tuner = controller_spec(spec).budget
+    return tuner.clamp(start) if tuner is not None else start
+
+
+def live_limits(spec: ModelDeploymentSpec) -> BudgetLimits:
+    """The live limits the engines start with: every budget the spec starts with or the tuner may set is accepted
+    by their admin API (the engine contract's rule, raised to the tuner's upper bounds)."""
+    return limits_for_ceiling(starting_budgets(spec), spec.scheduler_budget.adaptive.ceiling())

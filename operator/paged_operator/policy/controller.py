@@ -17,10 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from paged_platform.engine_contract.budgets import Budgets
+
 from paged_operator.policy import autoscaler, budget_tuner, scale_to_zero
 from paged_operator.policy.arbiter import Action, ArbiterSpec, ArbiterState, Verdict, arbitrate
 from paged_operator.policy.autoscaler import AutoscalerState, AutoscalingPolicySpec, ScaleDecision, ScalingLimit
-from paged_operator.policy.budget_tuner import Budgets, BudgetSpec, TuneDecision, TunerState
+from paged_operator.policy.budget_tuner import BudgetSpec, TuneDecision, TunerState
 from paged_operator.policy.fleet_view import EngineSample, FleetView, SampleWindow, fleet_view, is_degraded
 from paged_operator.policy.scale_to_zero import RouterDemand, ZeroSpec, ZeroState
 
@@ -170,7 +172,8 @@ def decide(spec: ControllerSpec, state: ControllerState, obs: Observation) -> tu
     tune = _HOLD
     cooling = False
     if spec.budget is not None and state.tuner is not None:  # (checked above; narrows the type)
-        tune = budget_tuner.decide(spec.budget, state.tuner, view, obs.time)
+        tuner_spec = spec.budget.within(view.budget_limits if view is not None else None)
+        tune = budget_tuner.decide(tuner_spec, state.tuner, view, obs.time)
         cooling = state.tuner.cooldown_left(spec.budget, obs.time) > 0
     verdict, arbiter_state = arbitrate(
         spec.arbiter, state.arbiter, competing, tune, tuner_cooling=cooling, now=obs.time

@@ -11,13 +11,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from paged_platform.engine_contract.budgets import BudgetLimits, SettingError
 from paged_platform.metric_names import (
     FINISHED,
     GENERATION_TOKENS,
     ITL,
     KV_USAGE,
     MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_BATCHED_TOKENS_LIMIT,
     MAX_NUM_SEQS,
+    MAX_NUM_SEQS_LIMIT,
     PREEMPTIONS,
     PREFIX_HITS,
     PREFIX_QUERIES,
@@ -42,6 +45,8 @@ SCALAR_SERIES = (
     FINISHED,
     MAX_NUM_SEQS,
     MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS_LIMIT,
+    MAX_NUM_BATCHED_TOKENS_LIMIT,
 )
 HISTOGRAM_SERIES = (TTFT, ITL)
 
@@ -116,6 +121,15 @@ def sample_from_series(
         value = scalars.get(name)
         return None if value is None else round(value)
 
+    def limits() -> BudgetLimits | None:
+        seqs, tokens = as_int(MAX_NUM_SEQS_LIMIT), as_int(MAX_NUM_BATCHED_TOKENS_LIMIT)
+        if seqs is None or tokens is None:
+            return None
+        try:
+            return BudgetLimits(seqs, tokens)
+        except SettingError as exc:
+            raise MetricsError(f"pod {pod}: {exc}") from None
+
     return EngineSample(
         time=time,
         pod=pod,
@@ -132,4 +146,5 @@ def sample_from_series(
         itl=hist(ITL),
         max_num_seqs=as_int(MAX_NUM_SEQS),
         max_num_batched_tokens=as_int(MAX_NUM_BATCHED_TOKENS),
+        limits=limits(),
     )

@@ -11,11 +11,13 @@ Prometheus' ``increase()`` and ``histogram_quantile()``.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from paged_platform.engine_contract.budgets import BudgetLimits
 from paged_platform.prometheus_text import Histogram, histogram_quantile
 
 
@@ -38,6 +40,7 @@ class EngineSample:
     itl: Histogram | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    limits: BudgetLimits | None = None  # the live budgets' limits (None: the engine does not report them)
 
 
 def counter_increase(values: Sequence[float]) -> float:
@@ -112,6 +115,8 @@ class FleetView:
     pod working off its own stuck queue runs a full batch without saying anything about the fleet.
     ``degraded``: fewer pods answered than the collection settings require; decisions on this view
     must not scale down (a partial view can hide load, not invent it).
+    ``budget_limits``: what every answering pod accepts live (the meet of their reported limits; None when none
+    reports them): a budget pushed to the fleet must lie within it.
     """
 
     time: float
@@ -133,6 +138,7 @@ class FleetView:
     itl_p95_s: float | None
     degraded: bool = False
     budgets: Mapping[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    budget_limits: BudgetLimits | None = None
 
     @property
     def reporting_fraction(self) -> float:
@@ -216,7 +222,12 @@ def fleet_view(
         itl_p95_s=histogram_quantile(0.95, itl) if itl is not None else None,
         degraded=is_degraded(len(current), ready, min_reporting_fraction),
         budgets={s.pod: (s.max_num_seqs, s.max_num_batched_tokens) for s in current},
+        budget_limits=_meet([s.limits for s in current if s.limits is not None]),
     )
+
+
+def _meet(limits: Sequence[BudgetLimits]) -> BudgetLimits | None:
+    return functools.reduce(BudgetLimits.meet, limits) if limits else None
 
 
 def _fleet_arrivals(rates: Sequence[float], *, ready: int, answered: int) -> float | None:

@@ -27,11 +27,12 @@ from dataclasses import replace
 from typing import Any
 
 from paged_platform.api.status import CONTROLLER_MEMORY_MAX_CHARS
+from paged_platform.engine_contract.budgets import Budgets
 
 from paged_operator.policy import budget_tuner
 from paged_operator.policy.arbiter import ArbiterState
 from paged_operator.policy.autoscaler import AutoscalerState, Recommendation
-from paged_operator.policy.budget_tuner import Budgets, TuneKind, TunerState
+from paged_operator.policy.budget_tuner import TuneKind, TunerState
 from paged_operator.policy.controller import ControllerSpec, ControllerState, initial_state
 from paged_operator.policy.fleet_view import SampleWindow
 from paged_operator.policy.scale_to_zero import ZeroState

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paged_platform.api import ImageModel, ModelDeployment, PathModel
+from paged_platform.engine_contract.launch import DEFAULT_MAX_LORAS, ServeFlag
 
 from paged_operator.render.model_mounts import DownloadStep, download_dir, download_step, inside
 
 ADAPTER_MOUNT = "/adapters"
 ADAPTER_CACHE_VOLUME = "adapter-cache"
 ADAPTER_CACHE_MOUNT = "/adapter-cache"
-ENGINE_DEFAULT_MAX_LORAS = 4  # EngineConfig.max_loras
 
 
 def adapter_volume(index: int) -> str:
@@ -72,7 +72,7 @@ def adapter_mounts(md: ModelDeployment) -> AdapterMounts:
     if out.downloads:
         out.volumes.append({"name": ADAPTER_CACHE_VOLUME, "emptyDir": {}})
         out.engine_mounts.append({"name": ADAPTER_CACHE_VOLUME, "mountPath": ADAPTER_CACHE_MOUNT, "readOnly": True})
-    out.args.extend(["--lora-modules", *modules, "--max-lora-rank", str(md.spec.engine.max_lora_rank)])
-    if len(adapters) > ENGINE_DEFAULT_MAX_LORAS:
-        out.args.extend(["--max-loras", str(len(adapters))])
+    out.args.extend([ServeFlag.LORA_MODULES, *modules, ServeFlag.MAX_LORA_RANK, str(md.spec.engine.max_lora_rank)])
+    if len(adapters) > DEFAULT_MAX_LORAS:
+        out.args.extend([ServeFlag.MAX_LORAS, str(len(adapters))])
     return out

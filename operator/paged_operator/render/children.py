@@ -5,9 +5,12 @@ How the model reaches the pod (volumes, the download init container) is ``model_
 and writable folders are ``pod_security``; ``spec.pod`` is passed through as written.
 
 Budgets reach the engine through the ConfigMap: the container reads ``maxNumSeqs`` and
-``maxNumBatchedTokens`` from it as environment variables, expanded into its arguments. Kubernetes resolves
-them when a pod is created, so a pod started after the tuner changed the budgets starts with the tuned
-values, and a budget change never rolls the Deployment (running pods get it through the admin API).
+``maxNumBatchedTokens`` from it as the environment variables the engine takes its budgets from (the engine
+contract's names). Kubernetes resolves them when a pod is created, so a pod started after the tuner changed the
+budgets starts with the tuned values, and a budget change never rolls the Deployment (running pods get it through
+the admin API). The live limits are start-up flags (``policy.config.live_limits``): they admit every budget the
+spec starts with or the tuner may set, and change, rolling the pods, only when those bounds grow past them.
+Every flag and variable name is the engine contract's (``paged_platform.engine_contract.launch``).
 
 The Deployment manifest carries no ``spec.replicas``: the operator writes the replica count separately
 (``replicas_patch``, under its own field manager), so applying the children never resets it.
@@ -19,9 +22,19 @@ import json
 from typing import Any
 
 from paged_platform.api import API_VERSION, KIND, ModelDeployment, parse_quantity
+from paged_platform.engine_contract import admin as engine_admin
+from paged_platform.engine_contract.budgets import Budgets
+from paged_platform.engine_contract.launch import (
+    ADMIN_TOKEN_ENV,
+    API_KEY_ENV,
+    COMMAND,
+    MAX_NUM_BATCHED_TOKENS_ENV,
+    MAX_NUM_SEQS_ENV,
+    SERVE,
+    ServeFlag,
+)
 
-from paged_operator.policy.budget_tuner import Budgets
-from paged_operator.policy.config import controller_spec, starting_budgets
+from paged_operator.policy.config import controller_spec, live_limits, starting_budgets
 from paged_operator.render import pod_security
 from paged_operator.render.adapter_mounts import adapter_mounts
 from paged_operator.render.model_mounts import DOWNLOAD_CONTAINER, DownloadStep, model_mounts
@@ -34,16 +47,12 @@ ADMIN_PORT_NAME = "admin"
 ENGINE_PORT = 8000
 #: The admin API's own port: not in the Service, reached by the operator at each pod's IP.
 ADMIN_PORT = 8001
-API_KEY_ENV = "PAGED_API_KEY"
 #: Keys of the ConfigMap the engine container reads its budgets from.
 SEQS_KEY = "maxNumSeqs"
 TOKENS_KEY = "maxNumBatchedTokens"
 ENGINE_CONFIG_KEY = "engine.json"
-#: Key of the admin-token Secret, and the environment variable the engine reads it from.
+#: Key of the admin-token Secret (the engine reads it as ``ADMIN_TOKEN_ENV``).
 TOKEN_KEY = "token"
-ADMIN_TOKEN_ENV = "PAGED_ADMIN_TOKEN"
-SEQS_ENV = "PAGED_MAX_NUM_SEQS"
-TOKENS_ENV = "PAGED_MAX_NUM_BATCHED_TOKENS"
 #: The preStop hook waits this long for in-flight requests; the grace period adds the engine's own shutdown.
 DRAIN_WAIT_S = 60
 #: Before it stops admitting, the preStop drain keeps serving (closing each connection) this long: longer than
@@ -62,7 +71,7 @@ SPEC_BUDGET_ANNOTATION = "paged.dev/spec-budget"
 # Python but no curl; failures are ignored so that a dead engine does not delay its own replacement.
 _DRAIN_SCRIPT = (
     "import os, urllib.request as u\n"
-    "r = u.Request('http://127.0.0.1:{port}/admin/drain?wait_seconds={wait}&linger_seconds={linger}', method='POST')\n"
+    "r = u.Request('http://127.0.0.1:{port}{path}?{wait_param}={wait}&{linger_param}={linger}', method='POST')\n"
     "t = os.environ.get('{env}')\n"
     "t and r.add_header('Authorization', 'Bearer ' + t)\n"
     "try: u.urlopen(r, timeout={timeout}).read()\n"
@@ -145,39 +154,30 @@ def _metadata(md: ModelDeployment, name: str, uid: str) -> dict[str, Any]:
 
 
 def engine_args(md: ModelDeployment) -> list[str]:
-    """``paged-engine`` arguments; budgets are ``$(VAR)`` references that Kubernetes expands from the ConfigMap."""
+    """``paged-engine`` arguments (the budgets come from the environment, the live limits are flags)."""
     spec, engine = md.spec, md.spec.engine
+    limits = live_limits(spec)
     args = [
-        "serve",
-        model_mounts(md).model_arg,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(ENGINE_PORT),
-        "--admin-port",
-        str(ADMIN_PORT),
-        "--served-model-name",
-        spec.model.resolved_served_name,
-        "--dtype",
-        engine.dtype,
-        "--block-size",
-        str(engine.block_size),
-        "--max-num-seqs",
-        f"$({SEQS_ENV})",
-        "--max-num-batched-tokens",
-        f"$({TOKENS_ENV})",
-        "--shutdown-grace-seconds",
-        str(SHUTDOWN_GRACE_S),
-        "--enable-prefix-caching" if engine.enable_prefix_caching else "--no-enable-prefix-caching",
-    ]
-    if spec.resources.gpus > 0:  # fail at start-up, not serve on the node's CPU, when the GPU isn't visible
-        args += ["--device", "cuda"]
+        SERVE, model_mounts(md).model_arg,
+        ServeFlag.HOST, "0.0.0.0",
+        ServeFlag.PORT, str(ENGINE_PORT),
+        ServeFlag.ADMIN_PORT, str(ADMIN_PORT),
+        ServeFlag.SERVED_MODEL_NAME, spec.model.resolved_served_name,
+        ServeFlag.DTYPE, engine.dtype,
+        ServeFlag.BLOCK_SIZE, str(engine.block_size),
+        ServeFlag.MAX_NUM_SEQS_LIMIT, str(limits.max_num_seqs),
+        ServeFlag.MAX_NUM_BATCHED_TOKENS_LIMIT, str(limits.max_num_batched_tokens),
+        ServeFlag.SHUTDOWN_GRACE_SECONDS, str(SHUTDOWN_GRACE_S),
+        ServeFlag.ENABLE_PREFIX_CACHING if engine.enable_prefix_caching else ServeFlag.NO_ENABLE_PREFIX_CACHING,
+    ]  # fmt: skip
+    if spec.device_type == "cuda":  # fail at start-up, not serve on the node's CPU, when the GPU isn't visible
+        args += [ServeFlag.DEVICE, "cuda"]
     if engine.max_model_len is not None:
-        args += ["--max-model-len", str(engine.max_model_len)]
+        args += [ServeFlag.MAX_MODEL_LEN, str(engine.max_model_len)]
     if engine.kv_cache_memory is not None:
         # The engine reads plain bytes; a Kubernetes quantity ("2Gi") is converted here.
-        args += ["--kv-cache-memory", str(int(parse_quantity(engine.kv_cache_memory)))]
-    return [*args, *adapter_mounts(md).args, *tracing_args(md), *engine.extra_args]
+        args += [ServeFlag.KV_CACHE_MEMORY, str(int(parse_quantity(engine.kv_cache_memory)))]
+    return [str(a) for a in (*args, *adapter_mounts(md).args, *tracing_args(md), *engine.extra_args)]
 
 
 def _env(md: ModelDeployment) -> list[dict[str, Any]]:
@@ -188,8 +188,8 @@ def _env(md: ModelDeployment) -> list[dict[str, Any]]:
         *user,
         *tracing_env(md, "engine", deployment_name(md), user),
         {"name": ADMIN_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": secret, "key": TOKEN_KEY}}},
-        {"name": SEQS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": SEQS_KEY}}},
-        {"name": TOKENS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": TOKENS_KEY}}},
+        {"name": MAX_NUM_SEQS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": SEQS_KEY}}},
+        {"name": MAX_NUM_BATCHED_TOKENS_ENV, "valueFrom": {"configMapKeyRef": {"name": cm, "key": TOKENS_KEY}}},
     ]
     if (ref := md.spec.auth.api_key_secret_ref) is not None:  # never in the args or the ConfigMap
         env.append({"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -219,14 +219,15 @@ def container(md: ModelDeployment) -> dict[str, Any]:
     engine, pod = md.spec.engine, md.spec.pod
     mounts = model_mounts(md)
     drain = _DRAIN_SCRIPT.format(
-        port=ADMIN_PORT, wait=DRAIN_WAIT_S, linger=DRAIN_LINGER_S, env=ADMIN_TOKEN_ENV,
+        port=ADMIN_PORT, path=engine_admin.DRAIN_PATH, wait_param=engine_admin.DRAIN_WAIT_PARAM, wait=DRAIN_WAIT_S,
+        linger_param=engine_admin.DRAIN_LINGER_PARAM, linger=DRAIN_LINGER_S, env=ADMIN_TOKEN_ENV,
         timeout=DRAIN_LINGER_S + DRAIN_WAIT_S + 5,
     )  # fmt: skip
     out: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
         "image": engine.image,
         "imagePullPolicy": engine.image_pull_policy,
-        "command": ["paged-engine"],
+        "command": [COMMAND],
         "args": engine_args(md),
         "env": _env(md),
         "ports": [
@@ -375,7 +376,7 @@ def config_map(md: ModelDeployment, uid: str, budgets: Budgets) -> dict[str, Any
         "budgets": {SEQS_KEY: budgets.max_num_seqs, TOKENS_KEY: budgets.max_num_batched_tokens},
     }
     metadata = _metadata(md, config_map_name(md), uid)
-    metadata["annotations"] = {SPEC_BUDGET_ANNOTATION: _budget_text(starting_budgets(md.spec))}
+    metadata["annotations"] = {SPEC_BUDGET_ANNOTATION: _budget_text(md.spec.starting_budgets())}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -393,12 +394,9 @@ def budgets_from_config_map(data: dict[str, str] | None) -> Budgets | None:
     if not data:
         return None
     try:
-        seqs, tokens = int(data[SEQS_KEY]), int(data[TOKENS_KEY])
-    except (KeyError, ValueError):
+        return Budgets(int(data[SEQS_KEY]), int(data[TOKENS_KEY]))
+    except (KeyError, ValueError):  # SettingError included: out of the contract's bounds
         return None
-    if seqs < 1 or tokens < seqs:
-        return None
-    return Budgets(seqs, tokens)
 
 
 def _budget_text(budgets: Budgets) -> str:
@@ -417,7 +415,7 @@ def config_map_budgets(md: ModelDeployment, current: dict[str, Any] | None) -> B
     if tuner is None or current is None:
         return static
     annotations = (current.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(SPEC_BUDGET_ANNOTATION) != _budget_text(static):
+    if annotations.get(SPEC_BUDGET_ANNOTATION) != _budget_text(md.spec.starting_budgets()):
         return static
     tuned = budgets_from_config_map(current.get("data"))
     return tuner.clamp(tuned) if tuned is not None else static

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paged_platform.api import HuggingFaceModel, ImageModel, ModelDeployment, PathModel, S3Model
+from paged_platform.engine_contract.launch import DOWNLOAD, DownloadFlag
 
 MODEL_VOLUME = "model"
 CACHE_VOLUME = "model-cache"
@@ -87,7 +88,7 @@ def download_step(
     env: list[dict[str, Any]] = []
     env_from: list[dict[str, Any]] = []
     if isinstance(source, HuggingFaceModel):
-        args = ["download", source.id, "--revision", source.revision]
+        args = [DOWNLOAD, source.id, DownloadFlag.REVISION, source.revision]
         if source.token_secret_ref is not None:
             ref = source.token_secret_ref
             env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -95,14 +96,14 @@ def download_step(
             env.append({"name": "HF_ENDPOINT", "value": source.endpoint})
         env.append({"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"})
     else:
-        args = ["download", source.uri]
+        args = [DOWNLOAD, source.uri]
         if source.endpoint is not None:
             env.append({"name": "AWS_ENDPOINT_URL", "value": source.endpoint})
         if source.region is not None:
             env.append({"name": "AWS_DEFAULT_REGION", "value": source.region})
         if source.credentials_secret_ref is not None:
             env_from.append({"secretRef": {"name": source.credentials_secret_ref.name}})
-    args += ["--dest", dest, "--termination-log", TERMINATION_LOG]
+    args += [DownloadFlag.DEST, dest, DownloadFlag.TERMINATION_LOG, TERMINATION_LOG]
     return DownloadStep(args, env, env_from, {"name": volume, "mountPath": mount_path})
 
 

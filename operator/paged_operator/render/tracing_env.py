@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from paged_platform.api import ModelDeployment
+from paged_platform.engine_contract.launch import ServeFlag
 from paged_platform.tracing_contract import (
     ENDPOINT_ENV,
     PARENT_BASED_RATIO,
@@ -30,6 +31,8 @@ from paged_platform.tracing_contract import (
 )
 
 Component = Literal["engine", "router"]
+#: The same flag for both (the router's CLI names it as the engine's does).
+OTEL_EXPORTER_FLAG = str(ServeFlag.OTEL_EXPORTER)
 #: The pod's name from the downward API, for ``k8s.pod.name`` (defined before the variable that expands it).
 POD_NAME_ENV = "PAGED_POD_NAME"
 
@@ -37,7 +40,7 @@ POD_NAME_ENV = "PAGED_POD_NAME"
 def tracing_args(md: ModelDeployment) -> list[str]:
     """The ``--otel-exporter`` flag of ``paged-engine serve`` and ``paged-router`` (none when tracing is off)."""
     exporter = md.spec.tracing.exporter
-    return [] if exporter == "off" else ["--otel-exporter", exporter]
+    return [] if exporter == "off" else [OTEL_EXPORTER_FLAG, exporter]
 
 
 def service_name(md: ModelDeployment, component: Component) -> str:

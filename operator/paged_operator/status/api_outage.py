@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 import httpx
+from paged_platform.engine_contract.budgets import Budgets
 
 from paged_operator.clients.kube import ApiError
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.status.builder import ConditionValue
 
 REASON = "APIUnavailable"

@@ -21,9 +21,9 @@ from paged_platform.api import (
     ModelDeploymentStatus,
     describe_source,
 )
+from paged_platform.engine_contract.budgets import Budgets
 from pydantic.alias_generators import to_camel
 
-from paged_operator.policy.budget_tuner import Budgets
 from paged_operator.policy.controller import Plan
 from paged_operator.policy.fleet_view import FleetView
 

@@ -129,6 +129,12 @@ class BudgetLimits:
             budgets.max_num_seqs <= self.max_num_seqs and budgets.max_num_batched_tokens <= self.max_num_batched_tokens
         )
 
+    def clamp(self, budgets: Budgets) -> Budgets:
+        """The nearest budgets this engine accepts: each value capped at its limit, then the sequences at the
+        tokens."""
+        tokens = min(budgets.max_num_batched_tokens, self.max_num_batched_tokens)
+        return Budgets(min(budgets.max_num_seqs, self.max_num_seqs, tokens), tokens)
+
     def meet(self, other: BudgetLimits) -> BudgetLimits:
         """What both engines accept."""
         return BudgetLimits(

@@ -55,3 +55,7 @@ MAX_NUM_SEQS_ENV = "PAGED_MAX_NUM_SEQS"
 MAX_NUM_BATCHED_TOKENS_ENV = "PAGED_MAX_NUM_BATCHED_TOKENS"
 #: ``--otel-exporter``'s default.
 OTEL_EXPORTER_ENV = "PAGED_OTEL_EXPORTER"
+
+#: LoRA weight slots an engine allocates unless ``--max-loras`` says otherwise: the platform renders the flag only
+#: for more adapters than this.
+DEFAULT_MAX_LORAS = 4
