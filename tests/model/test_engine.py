@@ -16,8 +16,10 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 
 def make_llm(folder, **kwargs) -> LLM:
-    settings = dict(block_size=BLOCK_SIZE, num_kv_blocks=256, max_model_len=96, max_num_seqs=64)
+    settings = dict(block_size=BLOCK_SIZE, num_kv_blocks=256, max_model_len=96)
     settings.update(kwargs)
+    # 64 running at once, or the token budget if smaller: every running sequence needs a token per step
+    settings.setdefault("max_num_seqs", min(64, settings.get("max_num_batched_tokens", 64)))
     return LLM(str(folder), **settings)
 
 

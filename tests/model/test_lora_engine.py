@@ -67,7 +67,7 @@ def test_load_and_unload_at_run_time(setup):
         llm.load_lora("two", str(adapters["two"]))
     with pytest.raises(LoraError, match=r"no adapter_config\.json"):
         llm.load_lora("bad", str(base))
-    assert llm.load_lora("one", str(adapters["one"]))["rank"] == 4
+    assert llm.load_lora("one", str(adapters["one"])).rank == 4
     with pytest.raises(LoraError, match="all 1 adapter slots are in use"):
         llm.load_lora("one-again", str(adapters["one"]))
     assert token_ids(llm.generate(prompts(), GREEDY, lora_name="one")) == refs["one"]

@@ -16,6 +16,7 @@ from paged_engine.engine.llm_engine import LLMEngine
 from paged_engine.engine.request_output import RequestOutput
 from paged_engine.sampling_params import SamplingParams
 from paged_engine.tools import ToolPlan
+from paged_engine.wire import LoraInfo
 
 if TYPE_CHECKING:
     from paged_engine.tokenizer import FastTokenizer
@@ -117,13 +118,13 @@ class LLM:
         )
         return self.generate(prompts, params)
 
-    def load_lora(self, name: str, path: str) -> dict[str, Any]:
+    def load_lora(self, name: str, path: str) -> LoraInfo:
         """Load a PEFT adapter folder as ``name`` (the engine must run with LoRA on: ``enable_lora`` or
         ``lora_modules``)."""
         return self.engine.core.load_lora(name, path)
 
-    def unload_lora(self, name: str) -> dict[str, Any]:
-        return self.engine.core.unload_lora(name)
+    def unload_lora(self, name: str) -> None:
+        self.engine.core.unload_lora(name)
 
     def chat(
         self,
