@@ -11,6 +11,7 @@ import signal
 from typing import Any
 
 import pytest
+from paged_platform.engine_contract.budgets import resolve_budgets
 
 from e2e.cluster.client import ApiError, KubeClient, wait_for
 from tests.operator_k8s.conftest import OperatorProcess
@@ -73,7 +74,9 @@ def test_applying_creates_owned_children_with_status_events_and_metrics(
     assert status["desiredReplicas"] == 2 and status["replicas"] == 2
     assert status["selector"] == "paged.dev/model-deployment=gemma"
     assert status["endpoint"] == f"http://gemma.{ns}.svc:8000/v1"
-    assert status["budget"] == {"maxNumSeqs": 64, "maxNumBatchedTokens": 2048}
+    # schedulerBudget unset: the engine's own defaults for a CPU server (the engine contract's rule)
+    start = resolve_budgets(None, None, device_type="cpu", serving=True)
+    assert status["budget"] == {"maxNumSeqs": start.max_num_seqs, "maxNumBatchedTokens": start.max_num_batched_tokens}
     ready = condition(obj, "Ready")
     assert ready is not None and (ready["status"], ready["reason"]) == ("False", "MinimumReplicasUnavailable")
     assert status["readyReplicas"] == 0  # kwok says Ready, but no engine answers /ready
