@@ -286,7 +286,8 @@ class ControlLoop:
         else:  # static budget: the pods that report another one (the spec's budget was changed)
             reported = plan.view.budgets if plan.view is not None else {}
             want = (target.max_num_seqs, target.max_num_batched_tokens)
-            names = {pod for pod, have in reported.items() if have != want}
+            # a pod that does not export its budgets is not known to differ: it is not pushed every decision
+            names = {pod for pod, have in reported.items() if have not in (want, (None, None))}
         pods = [p for p in serving if p.name in names]
         if not pods:
             return {}
