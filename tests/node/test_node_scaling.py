@@ -14,7 +14,7 @@ import pytest
 from e2e.cluster.client import wait_for
 from tests.node.conftest import MD_NAME, SERVED_NAME, Deployed
 
-pytestmark = [pytest.mark.node, pytest.mark.k8s, pytest.mark.slow]
+pytestmark = [pytest.mark.node, pytest.mark.k8s, pytest.mark.slow, pytest.mark.gemma]
 
 # Two sequences per engine step: six concurrent clients queue (waiting per replica > 1), while one client uses half
 # of one replica's sequence budget (under the 0.9 target), so one replica suffices for it. The scale-up window and

@@ -13,7 +13,7 @@ import yaml
 from e2e.cluster.client import has_condition, wait_for
 from tests.node.conftest import MD_NAME, Deployed
 
-pytestmark = [pytest.mark.node, pytest.mark.k8s, pytest.mark.slow]
+pytestmark = [pytest.mark.node, pytest.mark.k8s, pytest.mark.slow, pytest.mark.gemma]
 
 OPERATOR_SELECTOR = "app.kubernetes.io/component=operator"
 

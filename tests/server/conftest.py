@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.markers import require_mark
+
 API_KEY = "test-api-key"
 ADMIN_TOKEN = "test-admin-token"
 MODEL_NAME = "tiny-gemma"
@@ -100,6 +102,9 @@ class ServerProcess:
 def start_server(
     model: Path | str, log_dir: Path, *extra: str, timeout: float = 180.0, env: dict[str, str] | None = None
 ) -> ServerProcess:
+    """``paged-engine serve model`` plus ``extra``; returns once ``/ready`` answers. The calling test must be marked
+    ``server``."""
+    require_mark("server", "starts an engine server")
     port = free_port()
     log_path = log_dir / f"server-{port}.log"
     command = [

@@ -10,7 +10,7 @@ import openai
 import pytest
 from paged_engine import LLM
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 PROMPT = [2, 818, 5279, 529, 7001, 563]  # token ids, so both sides see exactly the same prompt
 BEAMS = {"use_beam_search": True, "length_penalty": 0.5, "early_stopping": True}

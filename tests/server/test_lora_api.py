@@ -21,7 +21,7 @@ from tests.server.conftest import (
     start_server,
 )
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 PROMPT = [2, 1000, 2000, 3000, 4000, 5000, 6000, 7000]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.server.conftest import API_KEY, MODEL_NAME, ServerProcess, admin, scrape
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time,"
 

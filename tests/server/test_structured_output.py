@@ -14,7 +14,7 @@ import pytest
 from paged_engine import LLM, SamplingParams
 from paged_engine.sampling_params import SamplingParamsError, StructuredOutputParams
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 SCHEMA = {
     "type": "object",

@@ -13,7 +13,7 @@ import pytest
 from paged_engine import LLM, SamplingParams
 from paged_engine.cli import build_parser
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 WEATHER = {
     "type": "function",
