@@ -75,7 +75,7 @@ def test_router_names_and_labels_exist_in_the_router() -> None:
 
 
 def test_operator_names_exist_in_the_operator() -> None:
-    from paged_operator import health  # noqa: F401  registers the operator's metrics
+    from paged_operator import operator_metrics  # noqa: F401  registers the operator's metrics
     from prometheus_client import REGISTRY
 
     exported = exported_names(REGISTRY.collect())
