@@ -1,3 +1,3 @@
-"""Repository-wide pytest configuration: fixture registration only."""
+"""Repository-wide pytest configuration: fixture registration, and the check that marks say what a test needs."""
 
-pytest_plugins = ["e2e.cluster.pytest_plugin"]
+pytest_plugins = ["e2e.cluster.pytest_plugin", "tests.markers"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from typer.testing import CliRunner
 
 from tests.server.conftest import ServerProcess, start_server
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +70,13 @@ def test_shared_prefix_chat_run_hits_the_prefix_cache(server: ServerProcess, tmp
 
 
 def test_time_bound_cancels_the_rest(server: ServerProcess, tmp_path: Path) -> None:
-    start = time.monotonic()
+    """200 requests at 4 per second would take about 50 s: the 3 s bound ends the run with some served and the
+    rest cancelled (not failed), and says so."""
     data, output = bench(
         server, tmp_path, "--num-prompts", "200", "--input-len", "8", "--output-len", "4", "--request-rate", "4",
         "--burstiness", "0.5", "--max-duration", "3",
     )  # fmt: skip
-    assert time.monotonic() - start < 30
     assert data["completed"] > 0 and data["cancelled"] > 0 and data["failed"] == 0
-    assert data["duration"] == pytest.approx(3.0, abs=1.0)
     assert data["completed"] + data["cancelled"] == 200
     assert "Cancelled or not sent" in output
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.images.conftest import Images, chart_image_names, container, free_port, labels
 
-pytestmark = [pytest.mark.node, pytest.mark.slow]
+pytestmark = [pytest.mark.node, pytest.mark.slow, pytest.mark.gemma]
 
 ENGINE_UID = "65532"
 OCI = "org.opencontainers.image."

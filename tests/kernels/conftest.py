@@ -26,7 +26,7 @@ def restore_cpu_isas(kernels):
 def cpu_isa(request, restore_cpu_isas):
     """Each instruction-set level of the CPU kernels this machine supports, in turn (AVX2 always), for every
     kernel family at once (a family without a variant at that level runs its highest one below it)."""
-    if request.param not in ops.supported_cpu_isas():
+    if request.param not in ops.supported_cpu_isas():  # the check itself: test_supported_isas_are_what_the_cpu_reports
         pytest.skip(f"this CPU does not support {request.param}")
     ops.set_cpu_isa(request.param)
     return request.param

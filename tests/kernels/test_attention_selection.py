@@ -7,9 +7,11 @@ import pytest
 from paged_engine.attention.selection import (
     CPU_HEAD_SIZES,
     CUDA_HEAD_SIZES,
+    KERNEL_DTYPES,
     AttentionSelectionError,
     AttentionShape,
     KernelBuild,
+    Selection,
     select,
 )
 
@@ -69,3 +71,16 @@ def test_an_unbuildable_extension_reads_as_unavailable(monkeypatch) -> None:
 
     monkeypatch.setattr(ops, "load", no_compiler)
     assert startup.kernel_build() == KernelBuild(False, why_unavailable="no C++ compiler (c++ or $CXX) on PATH")
+
+
+def test_auto_serves_our_cpu_kernels_on_this_machine() -> None:
+    """CI has a C++ compiler, so the kernels build (the ``kernels`` fixture fails otherwise): on the CPU ``auto``
+    must serve every head size and dtype they cover with them. The server tests rely on it (they run the default
+    and compare it with the reference); the rules above say when it would not."""
+    from paged_engine.engine import startup
+
+    build = startup.kernel_build()
+    assert build.available, build.why_unavailable
+    for head_size in CPU_HEAD_SIZES:
+        for dtype in KERNEL_DTYPES:
+            assert select("auto", AttentionShape("cpu", dtype, head_size, 16), build) == Selection("cpu")

@@ -1,7 +1,8 @@
 """Every csrc/cuda/*.cu compiles for sm_90 with nvcc against the installed torch headers.
 
 There is no GPU in CI, so this is how the CUDA kernels are kept building. nvcc comes from the CUDA toolkit when
-one is installed, else from the `nvidia-cuda-nvcc` wheel in the dev dependencies. A successful compile is
+one is installed, else from the `nvidia-cuda-nvcc` wheel the dev extra pins (Linux): not finding it is a failure
+naming where it was looked for (a new wheel layout, a missing dependency), never a skip. A successful compile is
 remembered by a hash of the sources, flags and compiler, since compiling against torch's headers takes a minute.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,14 +56,43 @@ def compile_key(source: Path) -> str:
     return digest.hexdigest()[:24]
 
 
+def where_nvcc_was_looked_for() -> str:
+    try:
+        import nvidia
+
+        wheel_roots = [str(Path(root) / "cu*" / "bin" / "nvcc") for root in nvidia.__path__]
+    except ImportError:
+        wheel_roots = ["(no 'nvidia' package is installed)"]
+    return (
+        f"torch's CUDA_HOME ({cpp_extension.CUDA_HOME}: $CUDA_HOME, nvcc on PATH, /usr/local/cuda) + /bin/nvcc, and "
+        f"the nvidia-cuda-nvcc wheel's {', '.join(wheel_roots)}"
+    )
+
+
+@pytest.fixture(scope="module")
+def nvcc() -> Path:
+    if sys.platform != "linux":
+        pytest.skip(f"the nvidia-cuda-nvcc wheel the dev extra pins is for Linux only, not {sys.platform}")
+    assert NVCC is not None, (
+        f"nvcc not found: looked for {where_nvcc_was_looked_for()}. The dev extra pins nvidia-cuda-nvcc==13.2.* "
+        "(pyproject.toml): is it installed, or did its wheel move nvcc?"
+    )
+    return NVCC
+
+
 def test_there_are_cuda_sources() -> None:
     assert SOURCES, f"no .cu files under {build.CSRC / 'cuda'}"
 
 
+def test_nvcc_is_found(nvcc: Path) -> None:
+    """Fast (not ``slow``): a missing nvcc fails here even where the slow compile tests are deselected."""
+    version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, check=True).stdout
+    assert "Cuda compilation tools, release" in version, version
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(NVCC is None, reason="nvcc not found: install the dev dependencies (nvidia-cuda-nvcc)")
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
-def test_cu_file_compiles_for_sm90(source: Path, tmp_path: Path) -> None:
+def test_cu_file_compiles_for_sm90(source: Path, tmp_path: Path, nvcc: Path) -> None:
     stamp = build.CACHE_ROOT / "nvcc-check" / f"{source.stem}-{compile_key(source)}.ok"
     if stamp.exists():
         return

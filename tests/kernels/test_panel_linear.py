@@ -3,6 +3,9 @@ strips and panels included), strided input rows, torch.library checks, and clear
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -39,6 +42,26 @@ def test_strided_rows_and_multiple_threads(cpu_isa):
     torch.testing.assert_close(out, x @ weight.T, rtol=1e-5, atol=1e-4)
 
 
+def test_supported_isas_are_what_the_cpu_reports():
+    """The kernels' own CPUID check, on which every per-ISA test's skip ("this CPU does not support ...") rests,
+    against the flags the Linux kernel reports: AVX-512 needs F, BW, VL and DQ; AMX needs AVX-512 and AMX-TILE and
+    AMX-BF16 (and the kernel's permission to use the tiles, which /proc/cpuinfo cannot show)."""
+    flags: set[str] = set()
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            flags = set(value.split())
+            break
+    if platform.machine() not in ("x86_64", "AMD64"):
+        assert ops.supported_cpu_isas() == ["avx2"]  # the baseline name: scalar code off x86
+        return
+    avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
+    amx = avx512 and {"amx_tile", "amx_bf16"} <= flags
+    expected = ["avx2", *(["avx512"] if avx512 else []), *(["amx"] if amx else [])]
+    shown = sorted(f for f in flags if f.startswith(("avx", "amx")))
+    assert ops.supported_cpu_isas() == expected, f"the CPU reports {shown}"
+
+
 def test_every_cpu_reports_avx2_and_the_cap_never_exceeds_the_cpu(restore_cpu_isas):
     supported = ops.supported_cpu_isas()
     before = restore_cpu_isas
@@ -67,8 +90,8 @@ def test_every_cpu_reports_avx2_and_the_cap_never_exceeds_the_cpu(restore_cpu_is
 
 @pytest.mark.usefixtures("restore_cpu_isas")
 def test_each_kernel_family_keeps_its_own_variant():
-    if "avx512" not in ops.supported_cpu_isas():
-        pytest.skip("one variant only (AVX2) on this CPU: there is no second variant for a family to differ by")
+    if "avx512" not in ops.supported_cpu_isas():  # test_supported_isas_are_what_the_cpu_reports checks this
+        pytest.skip("this CPU lacks AVX-512: AVX2 is the only variant, so families have no other to differ by")
     ops.set_cpu_isa("avx2")
     ops.set_cpu_isa("avx512", "attention")
     assert ops.cpu_isas() == {"gemm": "avx2", "attention": "avx512", "elementwise": "avx2"}

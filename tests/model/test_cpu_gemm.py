@@ -23,9 +23,7 @@ from tests.model.test_engine import GREEDY, make_llm, token_ids
 from tests.model.test_runner_vs_hf import prompts
 from tests.model.tiny_models import save_tiny_model, save_tiny_tokenizer
 
-onednn = pytest.mark.skipif(
-    resolve_gemm_backend("auto", torch.device("cpu"), torch.float32) != "packed", reason="torch built without oneDNN"
-)
+CPU = torch.device("cpu")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -34,7 +32,15 @@ def _cpu_kernels() -> None:
     assert cpu_kernels_available()
 
 
-@onednn
+def test_auto_packs_on_this_machine():
+    """CI runs torch's PyPI wheel on x86 Linux, built with oneDNN, and builds our kernels (the fixture above): there
+    ``auto`` packs, fp32 weights into our panel kernel. The tests below rely on that instead of skipping without it;
+    ``test_backend_choice_and_errors`` says when ``auto`` does not pack."""
+    assert torch.backends.mkldnn.is_available(), f"torch {torch.__version__} was built without oneDNN"
+    assert resolve_gemm_backend("auto", CPU, torch.float32) == "packed"
+    assert isinstance(packed_linear(torch.randn(8, 4), None, kernels=cpu_kernels_available()), PanelLinear)
+
+
 @pytest.mark.parametrize("rows", [0, 1, 7, 64, 300])
 @pytest.mark.parametrize("bias", [False, True])
 def test_packed_linear_matches_dense(rows, bias):
@@ -50,7 +56,6 @@ def test_packed_linear_matches_dense(rows, bias):
     torch.testing.assert_close(PanelLinear(weight, b)(x3), F.linear(x3, weight, b), rtol=1e-5, atol=1e-5)
 
 
-@onednn
 @pytest.mark.parametrize(("kernels", "kind"), [(True, PanelLinear), (False, OneDNNLinear)])
 def test_pack_replaces_every_linear_and_keeps_results(kernels, kind):
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Sequential(nn.Linear(32, 8, bias=False)))
@@ -62,20 +67,29 @@ def test_pack_replaces_every_linear_and_keeps_results(kernels, kind):
     torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_backend_choice_and_errors():
-    cpu = torch.device("cpu")
-    assert resolve_gemm_backend("torch", cpu, torch.float32) == "torch"
-    # fp16 has no packed CPU GEMM: auto falls back quietly, an explicit request is refused with the reason
-    assert resolve_gemm_backend("auto", cpu, torch.float16) == "torch"
+def test_backend_choice_and_errors(monkeypatch):
+    assert resolve_gemm_backend("torch", CPU, torch.float32) == "torch"
+    # Where packing cannot run, auto falls back quietly and an explicit request is refused with the reason:
+    # fp16 (no packed CPU GEMM), a GPU, bf16 where oneDNN has no bf16 GEMM, a torch built without oneDNN.
+    assert resolve_gemm_backend("auto", CPU, torch.float16) == "torch"
     with pytest.raises(ValueError, match="float16"):
-        resolve_gemm_backend("packed", cpu, torch.float16)
+        resolve_gemm_backend("packed", CPU, torch.float16)
+    assert resolve_gemm_backend("auto", torch.device("cuda"), torch.float32) == "torch"
     with pytest.raises(ValueError, match="device is cuda"):
         resolve_gemm_backend("packed", torch.device("cuda"), torch.float32)
     with pytest.raises(ValueError, match="auto, packed, torch"):
-        resolve_gemm_backend("mkl", cpu, torch.float32)
+        resolve_gemm_backend("mkl", CPU, torch.float32)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert resolve_gemm_backend("auto", CPU, torch.bfloat16) == "torch"
+    assert resolve_gemm_backend("auto", CPU, torch.float32) == "packed"
+    with pytest.raises(ValueError, match="oneDNN has no fast bfloat16 GEMM on this CPU"):
+        resolve_gemm_backend("packed", CPU, torch.bfloat16)
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    assert resolve_gemm_backend("auto", CPU, torch.float32) == "torch"
+    with pytest.raises(ValueError, match="this torch build has no oneDNN"):
+        resolve_gemm_backend("packed", CPU, torch.float32)
 
 
-@onednn
 def test_engine_tokens_equal_with_and_without_packing(tmp_path):
     gemma_folder = save_tiny_model("gemma3", tmp_path)
     save_tiny_tokenizer(gemma_folder)
@@ -89,7 +103,6 @@ def test_engine_tokens_equal_with_and_without_packing(tmp_path):
     assert "embed_tokens.weight" not in dict(model.named_parameters())
 
 
-@onednn
 def test_rescored_greedy_head_gives_the_fp32_heads_tokens(tmp_path):
     """Greedy rows take the bf16-candidates head; rows that need the raw logits (logprobs, sampling) still get
     the fp32 head, and every token is the same as with ``greedy_head="fp32"``. Where oneDNN has no bf16 GEMM,

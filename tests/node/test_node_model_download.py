@@ -24,7 +24,7 @@ from e2e.cluster.node import RealNode
 from tests.node.conftest import MD_NAME, SERVED_NAME, Deployed, model_deployment_manifest
 from tests.sources.hub_server import HubServer, HubState, Repo
 
-pytestmark = [pytest.mark.node, pytest.mark.k8s, pytest.mark.slow]
+pytestmark = [pytest.mark.node, pytest.mark.k8s, pytest.mark.slow, pytest.mark.gemma]
 
 REPO_ID = "acme/tiny-gemma"
 REVISION = "v1"

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from e2e.cluster.client import wait_for
-from tests.node.conftest import MD_NAME, SERVED_NAME, Deployed
+from e2e.cluster.client import has_condition, wait_for
+from tests.node.conftest import MD_NAME, READY_TIMEOUT_S, SERVED_NAME, Deployed
 
-pytestmark = [pytest.mark.node, pytest.mark.k8s, pytest.mark.slow]
+pytestmark = [pytest.mark.node, pytest.mark.k8s, pytest.mark.slow, pytest.mark.gemma]
 
 # Two sequences per engine step: six concurrent clients queue (waiting per replica > 1), while one client uses half
 # of one replica's sequence budget (under the 0.9 target), so one replica suffices for it. The scale-up window and
@@ -92,8 +92,38 @@ def desired_replicas(deployed: Deployed) -> int:
     return deployment["spec"].get("replicas", 0)
 
 
+def set_replica_bounds(deployed: Deployed, low: int, high: int) -> None:
+    path = f"/apis/paged.dev/v1alpha1/namespaces/{deployed.namespace}/modeldeployments/{MD_NAME}"
+    deployed.admin.patch(path, {"spec": {"replicas": {"min": low, "max": high}}})
+
+
+def pin_at(deployed: Deployed, replicas: int) -> list[dict]:
+    """Each test's starting point, whatever ran before it: the bounds pinned at ``replicas`` (the clamp to them
+    always wins over the autoscaler), and that many Ready engine pods with none terminating. The test hands the
+    autoscaler the module's bounds back (:func:`release_bounds`) when it wants it to act."""
+
+    def settled() -> list[dict] | None:
+        pods = deployed.admin.get(
+            f"/api/v1/namespaces/{deployed.namespace}/pods", labelSelector=f"app.kubernetes.io/instance={MD_NAME}"
+        )["items"]  # terminating ones too: a pod still draining is not a settled fleet
+        ready = [p for p in pods if has_condition(p, "Ready") and not p["metadata"].get("deletionTimestamp")]
+        return ready if len(ready) == len(pods) == replicas == desired_replicas(deployed) else None
+
+    set_replica_bounds(deployed, replicas, replicas)
+    try:
+        return wait_for(f"{replicas} Ready engine pod(s), none terminating", settled, READY_TIMEOUT_S, interval_s=1)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}\n{deployed.describe()}") from None
+
+
+def release_bounds(deployed: Deployed) -> None:
+    bounds = MODEL_DEPLOYMENT_OVERRIDES["replicas"]
+    set_replica_bounds(deployed, bounds["min"], bounds["max"])
+
+
 def test_bounded_load_scales_one_to_two(ready: Deployed):
-    assert desired_replicas(ready) == 1
+    pin_at(ready, 1)
+    release_bounds(ready)
     with Load(ready.service_url(), HEAVY_CLIENTS, max_tokens=16, deadline_s=LOAD_TIMEOUT_S) as load:
         wait_for("the autoscaler to ask for 2 replicas", lambda: desired_replicas(ready) == 2, LOAD_TIMEOUT_S, 1)
         pods = ready.wait_ready(2)
@@ -102,9 +132,9 @@ def test_bounded_load_scales_one_to_two(ready: Deployed):
 
 
 def test_scale_down_drains_with_no_failed_request(ready: Deployed):
-    ready.wait_ready(2)
-    before = {p["metadata"]["name"] for p in ready.engine_pods()}
+    before = {p["metadata"]["name"] for p in pin_at(ready, 2)}
     with Load(ready.service_url(), clients=1, max_tokens=8, deadline_s=LOAD_TIMEOUT_S) as load:
+        release_bounds(ready)  # under light load: the autoscaler may now scale down
         wait_for("the autoscaler to ask for 1 replica", lambda: desired_replicas(ready) == 1, LOAD_TIMEOUT_S, 1)
 
         def one_left() -> list[dict] | None:

@@ -32,12 +32,14 @@ def _source_groups(engine_job: str, operator_job: str) -> list[dict]:
     return groups
 
 
+@pytest.mark.k8s
 def test_monitoring_is_off_by_default(helm: Path) -> None:
     kinds = _kinds(render_chart(helm, CHART, "paged", "paged-system"))
     assert "PrometheusRule" not in kinds
     assert "ConfigMap" not in kinds
 
 
+@pytest.mark.k8s
 def test_prometheus_rule_holds_the_rule_files_with_this_installations_jobs(helm: Path) -> None:
     objects = render_chart(helm, CHART, "paged", "paged-system", set_values=ON)
     (rule,) = [o for o in objects if o["kind"] == "PrometheusRule"]
@@ -47,6 +49,7 @@ def test_prometheus_rule_holds_the_rule_files_with_this_installations_jobs(helm:
     assert rule["spec"]["groups"] == _source_groups("paged-engine", service["metadata"]["name"])
 
 
+@pytest.mark.k8s
 def test_prometheus_rule_jobs_and_labels_come_from_values(helm: Path) -> None:
     values = {
         **ON,
@@ -60,6 +63,7 @@ def test_prometheus_rule_jobs_and_labels_come_from_values(helm: Path) -> None:
     assert rule["spec"]["groups"] == _source_groups("team-a/engines", "ops")
 
 
+@pytest.mark.k8s
 def test_rendered_rules_pass_promtool(helm: Path, promtool: Path, tmp_path: Path) -> None:
     """The job rewrite keeps the rules valid, also for a job name with characters PromQL strings must carry."""
     values = {**ON, "monitoring.prometheusRule.engineJob": "team-a/paged-engine"}
@@ -71,6 +75,7 @@ def test_rendered_rules_pass_promtool(helm: Path, promtool: Path, tmp_path: Path
     assert 'up{job="team-a/paged-engine"} == 0' in path.read_text()
 
 
+@pytest.mark.k8s
 def test_rules_without_an_operator_scrape_are_refused(helm: Path) -> None:
     """Without the ServiceMonitor or a job of its own, PagedOperatorDown could only ever fire."""
     values = {**ON, "serviceMonitor.enabled": "false"}
@@ -82,6 +87,7 @@ def test_rules_without_an_operator_scrape_are_refused(helm: Path) -> None:
     assert "PrometheusRule" in _kinds(objects)
 
 
+@pytest.mark.k8s
 def test_dashboard_configmaps_hold_the_dashboards_for_the_grafana_sidecar(helm: Path) -> None:
     values = {
         **ON,
@@ -101,6 +107,7 @@ def test_dashboard_configmaps_hold_the_dashboards_for_the_grafana_sidecar(helm: 
     assert shipped == {p.name: json.loads(p.read_text()) for p in dashboard_files()}
 
 
+@pytest.mark.k8s
 @pytest.mark.parametrize("values", [{}, ON], ids=["default", "monitoring-on"])
 def test_helm_lint_strict(helm: Path, values: dict[str, str]) -> None:
     argv: list[str | Path] = [helm, "lint", "--strict", CHART]
@@ -113,6 +120,7 @@ def test_helm_lint_strict(helm: Path, values: dict[str, str]) -> None:
     ("key", "value"),
     [("monitoring.prometheusRule.engineJob", 'a"b'), ("monitoring.dashboards.namespace", "Not_A_Namespace")],
 )
+@pytest.mark.k8s
 def test_schema_refuses_bad_monitoring_values(helm: Path, key: str, value: str) -> None:
     with pytest.raises(RuntimeError, match=key.rsplit(".", 1)[-1]):
         render_chart(helm, CHART, "paged", "paged-system", set_values={**ON, key: value})

@@ -65,6 +65,7 @@ def test_panels_do_not_overlap(path: Path) -> None:
                 cells[(x, y)] = panel["title"]
 
 
+@pytest.mark.k8s
 def test_every_dashboard_query_parses_as_promql(promtool: Path, tmp_path: Path) -> None:
     """Each expression becomes a throwaway recording rule: `promtool check rules` parses it with Prometheus'
     own parser."""
@@ -76,6 +77,7 @@ def test_every_dashboard_query_parses_as_promql(promtool: Path, tmp_path: Path) 
     run_tool(promtool, "check", "rules", path)
 
 
+@pytest.mark.k8s
 def test_promtool_rejects_a_broken_dashboard_query(promtool: Path, tmp_path: Path) -> None:
     """The check above can fail: a query with an unbalanced bracket is refused."""
     path = tmp_path / "broken.rules.yaml"

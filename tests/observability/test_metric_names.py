@@ -121,6 +121,7 @@ def scrapes(tiny_gemma_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     yield Scrapes(_samples(before), _samples(after))
 
 
+@pytest.mark.gemma
 @pytest.mark.server
 def test_engine_names_exist_in_a_live_scrape(scrapes: Scrapes) -> None:
     scraped = {sample.name for sample in scrapes.after}
@@ -133,6 +134,7 @@ def test_engine_names_exist_in_a_live_scrape(scrapes: Scrapes) -> None:
     assert not unlabelled, f"engine series without model_name={MODEL_NAME!r}: {sorted(unlabelled)}"
 
 
+@pytest.mark.gemma
 @pytest.mark.server
 def test_labels_used_on_engine_series_exist_in_a_live_scrape(scrapes: Scrapes) -> None:
     engine_used = _engine_names_used()
@@ -163,6 +165,8 @@ EXPECTED_RECORDED = {
 }
 
 
+@pytest.mark.k8s
+@pytest.mark.gemma
 @pytest.mark.server
 def test_recording_rules_produce_series_from_a_live_engine(scrapes: Scrapes, promtool: Path, tmp_path: Path) -> None:
     """The live engine's two scrapes become promtool input series 30 s apart (the counters rise between them);

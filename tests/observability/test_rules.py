@@ -43,11 +43,13 @@ def test_the_expected_alerts_exist() -> None:
     assert len(ALERT_NAMES) == len(set(ALERT_NAMES)), "duplicate alert names"
 
 
+@pytest.mark.k8s
 @pytest.mark.parametrize("path", rule_files(), ids=lambda p: p.name)
 def test_promtool_check_rules(promtool: Path, path: Path) -> None:
     run_tool(promtool, "check", "rules", path)
 
 
+@pytest.mark.k8s
 def test_promtool_unit_tests_pass(promtool: Path) -> None:
     assert PROMTOOL_TESTS, f"no promtool tests in {PROMTOOL_TESTS_DIR}"
     run_tool(promtool, "test", "rules", *(p.name for p in PROMTOOL_TESTS), cwd=PROMTOOL_TESTS_DIR)

@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from e2e.cluster.client import STRATEGIC_MERGE_PATCH, ApiError, KubeClient
+from tests.markers import require_mark
 
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -87,6 +88,7 @@ class FakeKubelet:
     """Keeps one engine process per Running pod matching ``selector`` (polling; stop with ``close``)."""
 
     def __init__(self, client: KubeClient, namespace: str, selector: str, model: Path, log_dir: Path) -> None:
+        require_mark("server", "runs real engine servers for its pods (a FakeKubelet)")
         self._client, self._namespace, self._selector = client, namespace, selector
         self._model, self._log_dir = model, log_dir
         self._engines: dict[str, Engine] = {}

@@ -236,18 +236,20 @@ def _fence_and_resume(plane: ControlPlane, kube_admin: KubeClient, ns: str, repl
     wait_for("the leader reconciles", lambda: observed(1), timeout_s=60, interval_s=0.5)
     lease = kube_admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{LEASE}")["spec"]
 
-    # etcd freezes for longer than the lease: the leader cannot renew, stops acting at its renew deadline and
-    # exits 1 (its container restarts); the standby cannot take the Lease meanwhile (no write gets through).
+    # etcd freezes: the leader cannot renew, stops acting at its renew deadline and exits 1 (its container
+    # restarts), all while etcd is still frozen; the standby cannot take the Lease meanwhile (no write gets
+    # through), and at no moment do two replicas lead.
     plane.pause_etcd()
-    frozen_at = time.monotonic()
-    while time.monotonic() - frozen_at < OUTAGE_S:
-        leaders()
-        time.sleep(0.2)
-    assert not leading(first), "the leader still leads after its renew deadline"
     assert first.process is not None
-    first.process.wait(30)
+
+    def fenced() -> bool:
+        leaders()  # asserts at most one leads
+        return first.process.poll() is not None
+
+    wait_for("the leader to fence itself and exit while etcd is frozen", fenced, timeout_s=120, interval_s=0.2)
     assert first.process.returncode == 1, first.log()
     assert "lost the lease" in first.log()
+    assert not leading(standby), "the standby leads while etcd is frozen"
     plane.resume_etcd()
 
     # Afterwards exactly one leader: the standby, once the Lease it last saw has gone unrenewed for its duration.

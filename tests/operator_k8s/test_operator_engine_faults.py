@@ -21,7 +21,7 @@ from tests.operator_k8s.fake_kubelet import FakeKubelet
 from tests.operator_k8s.helpers import condition, md_path, model_deployment
 from tests.server.conftest import tiny_gemma_dir  # noqa: F401  (fixture)
 
-pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.server]
+pytestmark = [pytest.mark.k8s, pytest.mark.slow, pytest.mark.server, pytest.mark.gemma]
 
 NAME = "faulty"
 FAULTS_DIR = Path(__file__).parent / "engine_faults"

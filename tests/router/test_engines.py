@@ -24,7 +24,7 @@ from tests.server.conftest import (
     start_server,
 )  # fmt: skip
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.gemma]
 ENGINE_ARGS = (*COMMON_ARGS, "--api-key", API_KEY, "--admin-token", ADMIN_TOKEN, "--max-num-seqs", "8")
 
 

@@ -7,12 +7,9 @@ import json
 import threading
 
 import httpx
-import pytest
 
 from tests.router.conftest import FAKE_MODEL, control, replica_states, seen, wait_until
 from tests.server.conftest import free_port
-
-pytestmark = pytest.mark.server
 
 
 def complete(router, stream: bool = False, max_tokens: int = 2, **kw) -> httpx.Response:  # type: ignore[no-untyped-def]

@@ -16,8 +16,6 @@ from starlette.testclient import TestClient
 
 from tests.router.conftest import FAKE_MODEL, control, seen, wait_until
 
-pytestmark = pytest.mark.server
-
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 CLIENT_SPAN = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN}-01"

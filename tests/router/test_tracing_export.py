@@ -22,7 +22,7 @@ from tests.router.conftest import FAKE_MODEL, Proc, replica_states, seen, start_
 from tests.router.otlp_collector import OtlpCollector
 from tests.server.conftest import COMMON_ARGS, MODEL_NAME, start_server
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 UID = "7f1c8d2e-0000-4000-8000-000000000004"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"

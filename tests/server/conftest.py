@@ -1,7 +1,9 @@
 """Real `paged-engine serve` processes on 127.0.0.1, serving a tiny random Gemma 3 with the real Gemma tokenizer.
 
 The tiny model keeps each step in the milliseconds while exercising the real code path (sliding-window and
-global layers, the real vocabulary, chat template and byte-fallback detokenisation).
+global layers, the real vocabulary, chat template and byte-fallback detokenisation). The servers run the default
+attention backend, as users do (``auto``: our CPU kernels here); ``test_attention_backends.py`` compares it with
+the torch reference over HTTP.
 """
 
 from __future__ import annotations
@@ -16,13 +18,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
+from tests.markers import require_mark
+
+if TYPE_CHECKING:
+    from paged_engine.attention.selection import Selection
+
 API_KEY = "test-api-key"
 ADMIN_TOKEN = "test-admin-token"
 MODEL_NAME = "tiny-gemma"
+TINY_HEAD_SIZE = 32
 
 
 def free_port() -> int:
@@ -49,7 +58,7 @@ def build_tiny_gemma(folder: Path) -> Path:
             shutil.copy(real / name, folder / name)
     config = tf.Gemma3TextConfig(
         vocab_size=262144, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=32, sliding_window=256, max_position_embeddings=1024,
+        num_key_value_heads=1, head_dim=TINY_HEAD_SIZE, sliding_window=256, max_position_embeddings=1024,
         layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=32,
         bos_token_id=2, eos_token_id=1, pad_token_id=0,
     )  # fmt: skip
@@ -62,6 +71,15 @@ def build_tiny_gemma(folder: Path) -> Path:
     model.config.architectures = ["Gemma3ForCausalLM"]
     model.save_pretrained(folder, safe_serialization=True)
     return folder
+
+
+def auto_attention(dtype: str = "float32") -> Selection:
+    """What ``--attention-backend auto`` serves the tiny Gemma with on this machine: the engine's own rule applied
+    to this machine's kernel build (``test_attention_selection.py`` pins that this is our CPU kernels on CI)."""
+    from paged_engine.attention.selection import AttentionShape, select
+    from paged_engine.engine.startup import kernel_build
+
+    return select("auto", AttentionShape("cpu", dtype, TINY_HEAD_SIZE, 16), kernel_build())
 
 
 @dataclass
@@ -100,11 +118,14 @@ class ServerProcess:
 def start_server(
     model: Path | str, log_dir: Path, *extra: str, timeout: float = 180.0, env: dict[str, str] | None = None
 ) -> ServerProcess:
+    """``paged-engine serve model`` with what a user gets by default (``--attention-backend auto``: our kernels on
+    this CPU), plus ``extra``; returns once ``/ready`` answers. The calling test must be marked ``server``."""
+    require_mark("server", "starts an engine server")
     port = free_port()
     log_path = log_dir / f"server-{port}.log"
     command = [
         sys.executable, "-m", "paged_engine.cli", "serve", str(model), "--port", str(port),
-        "--served-model-name", MODEL_NAME, "--attention-backend", "reference", "--log-level", "info", *extra,
+        "--served-model-name", MODEL_NAME, "--log-level", "info", *extra,
     ]  # fmt: skip
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     with log_path.open("wb") as log_file:
@@ -160,6 +181,15 @@ def scrape(server: ServerProcess) -> dict[str, float]:
             labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k != "model_name")
             values[f"{sample.name}{{{labels}}}"] = sample.value
     return values
+
+
+def engine_info(server: ServerProcess) -> dict[str, str]:
+    """The labels of ``paged_engine_info``: what serves (device, dtype, attention backend, kernel variants...)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    (sample,) = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "paged_engine_info"]
+    return dict(sample.labels)
 
 
 def admin(server: ServerProcess) -> httpx.Client:

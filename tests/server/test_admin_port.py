@@ -12,7 +12,7 @@ from paged_engine.core.scheduler_config import CPU_SERVING_MAX_NUM_BATCHED_TOKEN
 
 from tests.server.conftest import ADMIN_TOKEN, API_KEY, COMMON_ARGS, ServerProcess, free_port, start_server
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 
 @pytest.fixture(scope="module")

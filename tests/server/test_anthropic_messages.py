@@ -13,7 +13,7 @@ import pytest
 
 from tests.server.conftest import API_KEY, ServerProcess
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 WEATHER = {
     "name": "get_weather",

@@ -8,7 +8,7 @@ import pytest
 
 from tests.server.conftest import API_KEY, MODEL_NAME, ServerProcess
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 

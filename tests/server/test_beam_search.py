@@ -10,7 +10,7 @@ import openai
 import pytest
 from paged_engine import LLM
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 PROMPT = [2, 818, 5279, 529, 7001, 563]  # token ids, so both sides see exactly the same prompt
 BEAMS = {"use_beam_search": True, "length_penalty": 0.5, "early_stopping": True}
@@ -18,9 +18,7 @@ BEAMS = {"use_beam_search": True, "length_penalty": 0.5, "early_stopping": True}
 
 @pytest.fixture(scope="module")
 def expected(tiny_gemma_dir: Path) -> list[str]:
-    llm = LLM(
-        str(tiny_gemma_dir), attention_backend="reference", kv_cache_memory=64 << 20, max_model_len=1024, num_threads=1
-    )
+    llm = LLM(str(tiny_gemma_dir), kv_cache_memory=64 << 20, max_model_len=1024, num_threads=1)
     output = llm.beam_search(PROMPT, 3, max_tokens=8, length_penalty=0.5, early_stopping=True)[0]
     return [c.text for c in output.outputs]
 

@@ -14,7 +14,7 @@ from schemathesis import GenerationMode
 from e2e.fuzz import Tally, check_health, fuzz_admin, fuzz_public
 from tests.server.conftest import ADMIN_TOKEN, API_KEY, MODEL_NAME, ServerProcess, admin
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.gemma]
 
 EXAMPLES = 40
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

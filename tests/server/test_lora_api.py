@@ -21,7 +21,7 @@ from tests.server.conftest import (
     start_server,
 )
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 PROMPT = [2, 1000, 2000, 3000, 4000, 5000, 6000, 7000]
 
 
@@ -52,7 +52,7 @@ def expected(tiny_gemma_dir: Path, adapters) -> dict[str | None, str]:
     from paged_engine import LLM, SamplingParams
 
     llm = LLM(str(tiny_gemma_dir), lora_modules=[f"one={adapters['one']}", f"two={adapters['two']}"],
-              max_lora_rank=8, attention_backend="reference", num_kv_blocks=64, max_model_len=256)  # fmt: skip
+              max_lora_rank=8, num_kv_blocks=64, max_model_len=256)  # fmt: skip
     params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
     return {name: llm.generate([PROMPT], params, lora_name=name)[0].outputs[0].text for name in (None, "one", "two")}
 

@@ -6,9 +6,9 @@ import httpx
 import openai
 import pytest
 
-from tests.server.conftest import API_KEY, MODEL_NAME, ServerProcess, admin, scrape
+from tests.server.conftest import API_KEY, MODEL_NAME, ServerProcess, admin, auto_attention, engine_info, scrape
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time,"
 
@@ -202,9 +202,10 @@ def test_engine_info_says_what_serves_and_which_cpu_kernel_variants(server: Serv
     from paged_engine.kernels.cpu_features import CPU_KERNEL_FAMILIES
     from paged_engine.kernels.cpu_isa import bf16_gemm_unit, describe_isas
 
-    (info,) = [name for name in scrape(server) if name.startswith("paged_engine_info{")]
-    labels = dict(pair.split("=", 1) for pair in info.removeprefix("paged_engine_info{").removesuffix("}").split(","))
-    assert labels["dtype"] == "float32" and labels["device"] == "cpu" and labels["attention_backend"] == "reference"
+    labels = engine_info(server)
+    assert labels["dtype"] == "float32" and labels["device"] == "cpu"
+    chosen = auto_attention()  # what the engine's rule picks on this machine (our CPU kernels on CI)
+    assert (labels["attention_backend"], labels["attention_fallback"]) == (chosen.backend, chosen.reason or ""), labels
     ops.load()
     supported = ops.supported_cpu_isas()  # each family its own choice, within what this CPU runs
     families = {family: labels[f"cpu_isa_{family}"] for family in CPU_KERNEL_FAMILIES}

@@ -26,7 +26,7 @@ from tests.server.conftest import (
 )
 from tests.server.fault_injection.sitecustomize import PREPARE_SEED, SAMPLE_SEED
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 VOCAB = 262144  # the tiny model's (Gemma 3's) vocabulary
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

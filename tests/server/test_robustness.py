@@ -26,7 +26,7 @@ from tests.server.conftest import (
     wait_for,
 )  # fmt: skip
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 LONG = {"model": MODEL_NAME, "prompt": "Tell me everything.", "max_tokens": 400, "ignore_eos": True}
 

@@ -25,7 +25,7 @@ from schemathesis import GenerationMode
 
 from tests.server.conftest import API_KEY, ServerProcess
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.gemma]
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 OPERATIONS = ["/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"]

@@ -89,6 +89,7 @@ def test_pass_criteria() -> None:
 
 
 @pytest.mark.server
+@pytest.mark.gemma
 @pytest.mark.slow
 def test_two_minute_soak_serves_everything_and_leaks_nothing(tiny_gemma_dir: Path, tmp_path: Path) -> None:
     server = start_server(tiny_gemma_dir, tmp_path, *SERVER_ARGS, "--api-key", API_KEY, "--admin-token", ADMIN_TOKEN)

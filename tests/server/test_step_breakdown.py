@@ -6,8 +6,11 @@ step's time)."""
 from __future__ import annotations
 
 import openai
+import pytest
 
 from tests.server.conftest import MODEL_NAME, ServerProcess, scrape
+
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 ENGINE_PHASES = ("schedule", "prepare", "model", "attention", "sample", "update")
 

@@ -14,7 +14,7 @@ import pytest
 from paged_engine import LLM, SamplingParams
 from paged_engine.sampling_params import SamplingParamsError, StructuredOutputParams
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 SCHEMA = {
     "type": "object",
@@ -33,9 +33,7 @@ CHOICES = ["red", "green", "blue"]
 
 @pytest.fixture(scope="module")
 def llm(tiny_gemma_dir: Path) -> LLM:
-    return LLM(
-        str(tiny_gemma_dir), attention_backend="reference", kv_cache_memory=64 << 20, max_model_len=1024, num_threads=1
-    )
+    return LLM(str(tiny_gemma_dir), kv_cache_memory=64 << 20, max_model_len=1024, num_threads=1)
 
 
 def check_json(text: str) -> None:
@@ -83,7 +81,7 @@ def test_llm_constraint_survives_preemption(tiny_gemma_dir: Path) -> None:
     """Few KV blocks: requests are preempted and resumed by recompute, so each matcher is rebuilt from the
     output so far; the outputs must still match."""
     small = LLM(
-        str(tiny_gemma_dir), attention_backend="reference", num_kv_blocks=24, block_size=16, max_model_len=160,
+        str(tiny_gemma_dir), num_kv_blocks=24, block_size=16, max_model_len=160,
         num_threads=1,
     )  # fmt: skip
     spec = StructuredOutputParams(json=SCHEMA)

@@ -13,7 +13,7 @@ import pytest
 from paged_engine import LLM, SamplingParams
 from paged_engine.cli import build_parser
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 WEATHER = {
     "type": "function",
@@ -144,7 +144,7 @@ def test_the_server_flag_names_a_parser() -> None:
 
 
 def test_llm_chat_with_tools(tiny_gemma_dir: Path) -> None:
-    llm = LLM(str(tiny_gemma_dir), attention_backend="reference", kv_cache_memory=32 << 20, max_model_len=512,
+    llm = LLM(str(tiny_gemma_dir), kv_cache_memory=32 << 20, max_model_len=512,
               num_threads=1)  # fmt: skip
     params = SamplingParams(temperature=1.0, seed=2, max_tokens=120)
     (required,) = llm.chat(ASK, params, tools=TOOLS, tool_choice="required", parallel_tool_calls=False)

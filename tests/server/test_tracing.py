@@ -10,7 +10,7 @@ import pytest
 
 from tests.server.conftest import COMMON_ARGS, MODEL_NAME, start_server, wait_for
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 
 def test_console_exporter_prints_a_genai_span_per_request(tiny_gemma_dir: Path, tmp_path: Path) -> None:

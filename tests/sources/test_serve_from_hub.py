@@ -15,7 +15,7 @@ from tests.server.conftest import COMMON_ARGS, start_server, tiny_gemma_dir  # n
 from tests.sources.conftest import private_cache
 from tests.sources.hub_server import HubServer, HubState, Repo
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 
 def test_serves_a_model_downloaded_from_the_hub(tiny_gemma_dir: Path, tmp_path: Path) -> None:  # noqa: F811
