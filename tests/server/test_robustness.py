@@ -255,7 +255,8 @@ def test_priority_policy_admits_the_most_urgent_waiting_request_first(own_server
         with lock:
             finished.append(name)
 
-    first = threading.Thread(target=send, args=("running", 5, 80))
+    # long enough (hundreds of steps) that both late requests are queued while it runs, on any machine
+    first = threading.Thread(target=send, args=("running", 5, 900))
     first.start()
     wait_for(lambda: scrape(server)["paged_requests_running"] == 1)
     late = [threading.Thread(target=send, args=("low", 10, 4)), threading.Thread(target=send, args=("urgent", 0, 4))]
