@@ -30,7 +30,7 @@ from tests.kubelet_env import container_environment
 from tests.server.conftest import ServerProcess, free_port, tiny_gemma_dir, wait_ready
 
 __all__ = ["tiny_gemma_dir"]
-pytestmark = [pytest.mark.server]
+pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
 UID = "00000000-0000-4000-8000-0000000000e1"
 TOKEN = "contract-test-admin-token"
