@@ -94,8 +94,14 @@ def engines(kube_admin: KubeClient, kube_namespace: str, tmp_path: Path) -> Iter
 
 
 def set_waiting(pods: PodProcesses, waiting: int) -> None:
+    """Sets every stand-in's queue; one just started for a new pod may not listen yet, so each is retried."""
     for ip in pods.ips():
-        httpx.post(f"http://{ip}:8000/control", json={"waiting": waiting}, timeout=5).raise_for_status()
+
+        def post(ip: str = ip) -> bool:
+            httpx.post(f"http://{ip}:8000/control", json={"waiting": waiting}, timeout=5).raise_for_status()
+            return True
+
+        wait_for(f"the stand-in at {ip} to take its queue", post, timeout_s=30)
 
 
 def deployment(client: KubeClient, ns: str) -> dict[str, Any]:
