@@ -144,7 +144,7 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ModelSourceError as exc:
         print(f"error: {exc.termination_message()}", file=sys.stderr)
         return 1
-    from paged_engine.server.launcher import run_server
+    from paged_engine.server.launcher import run_server  # the server stack loads for serve only, not download
 
     return run_server(server, config, model_name)
 

@@ -61,7 +61,7 @@ def test_minimal_object_is_useful() -> None:
     spec = md.spec
     assert spec.model.name == "default" and spec.model.resolved_served_name == "gemma-3-270m"
     assert (spec.replicas.min, spec.replicas.max) == (1, 1)
-    start = spec.starting_budgets()  # unset budgets: the engine contract's rule for a CPU server
+    start = spec.resolved_budgets()  # unset budgets: the engine contract's rule for a CPU server
     assert (start.max_num_seqs, start.max_num_batched_tokens) == (128, 512)
     assert spec.service.port == 8000
 

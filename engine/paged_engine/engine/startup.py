@@ -42,6 +42,7 @@ from paged_engine.models.cpu_gemm import resolve_gemm_backend
 from paged_engine.models.decoder import DecoderForCausalLM
 from paged_engine.sample import StructuredOutput
 from paged_engine.structured_output.grammar import GrammarCompiler
+from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder
 from paged_engine.worker.cpu_malloc import keep_freed_memory
 from paged_engine.worker.cuda_graphs import graphs_off_reason
 from paged_engine.worker.kv_cache import KVCachePlan, plan_kv_cache
@@ -53,8 +54,6 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 def resolve_model_folder(config: EngineConfig) -> Path:
     """The model's Hugging Face folder (the default model and GGUF files are converted into a cache once)."""
-    from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder
-
     return Path(resolve_model(config.model, write_tokenizer=write_gguf_tokenizer_folder, revision=config.revision))
 
 

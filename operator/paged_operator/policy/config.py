@@ -71,7 +71,7 @@ def scales_to_zero(spec: ModelDeploymentSpec) -> ZeroSpec | None:
 def starting_budgets(spec: ModelDeploymentSpec) -> Budgets:
     """The budgets pods start with before the tuner has changed anything: the spec's (unset ones by the engine
     contract's rule for the pods' device), moved into the tuner's bounds when it is on."""
-    start = spec.starting_budgets()
+    start = spec.resolved_budgets()
     tuner = controller_spec(spec).budget
     return tuner.clamp(start) if tuner is not None else start
 

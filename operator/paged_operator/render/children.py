@@ -376,7 +376,7 @@ def config_map(md: ModelDeployment, uid: str, budgets: Budgets) -> dict[str, Any
         "budgets": {SEQS_KEY: budgets.max_num_seqs, TOKENS_KEY: budgets.max_num_batched_tokens},
     }
     metadata = _metadata(md, config_map_name(md), uid)
-    metadata["annotations"] = {SPEC_BUDGET_ANNOTATION: _budget_text(md.spec.starting_budgets())}
+    metadata["annotations"] = {SPEC_BUDGET_ANNOTATION: _budget_text(md.spec.resolved_budgets())}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -415,7 +415,7 @@ def config_map_budgets(md: ModelDeployment, current: dict[str, Any] | None) -> B
     if tuner is None or current is None:
         return static
     annotations = (current.get("metadata") or {}).get("annotations") or {}
-    if annotations.get(SPEC_BUDGET_ANNOTATION) != _budget_text(md.spec.starting_budgets()):
+    if annotations.get(SPEC_BUDGET_ANNOTATION) != _budget_text(md.spec.resolved_budgets()):
         return static
     tuned = budgets_from_config_map(current.get("data"))
     return tuner.clamp(tuned) if tuned is not None else static

@@ -384,8 +384,9 @@ class ModelDeploymentSpec(ApiModel):
         """``cuda`` when the replicas ask for GPUs, else ``cpu``: what the engine's per-device defaults depend on."""
         return "cuda" if self.resources.gpus > 0 else "cpu"
 
-    def starting_budgets(self) -> Budgets:
-        """The budgets the engines start with before any tuning: the spec's, unset ones by the engine's rule."""
+    def resolved_budgets(self) -> Budgets:
+        """The spec's budgets with the unset ones filled in by the engine's rule for this device (before the
+        operator moves them into the tuner's bounds: ``paged_operator.policy.config.starting_budgets``)."""
         return self.scheduler_budget.resolve(self.device_type)
 
     @cel("self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",

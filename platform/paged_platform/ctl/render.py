@@ -122,7 +122,7 @@ def decisions_table(decisions: list[Decision]) -> Table:
 def describe(console: Console, md: ModelDeployment) -> None:
     spec, status = md.spec, md.status
     model = spec.model
-    budget, start = spec.scheduler_budget, spec.starting_budgets()
+    budget, resolved = spec.scheduler_budget, spec.resolved_budgets()
     auto = spec.autoscaling
     lines = [
         f"[bold]Name:[/bold]        {md.metadata.name}",
@@ -137,8 +137,8 @@ def describe(console: Console, md: ModelDeployment) -> None:
         f" kvCacheUsage<={auto.targets.kv_cache_usage} waitingPerReplica<={auto.targets.waiting_per_replica}"
         f" preemptionRate<={auto.targets.preemption_rate}/s"
         + (f" ttftP95<={auto.targets.ttft_p95_seconds}s" if auto.targets.ttft_p95_seconds else ""),
-        f"[bold]Budget:[/bold]      spec maxNumSeqs={spec_budget(budget.max_num_seqs, start.max_num_seqs)}"
-        f" maxNumBatchedTokens={spec_budget(budget.max_num_batched_tokens, start.max_num_batched_tokens)};"
+        f"[bold]Budget:[/bold]      spec maxNumSeqs={spec_budget(budget.max_num_seqs, resolved.max_num_seqs)}"
+        f" maxNumBatchedTokens={spec_budget(budget.max_num_batched_tokens, resolved.max_num_batched_tokens)};"
         f" adaptive {'on' if budget.adaptive.enabled else 'off'}"
         + (
             f"; in force maxNumSeqs={status.budget.max_num_seqs}"
@@ -174,7 +174,7 @@ def spec_budget(value: int | None, resolved: int) -> str:
 
 
 def budget_table(md: ModelDeployment) -> Table:
-    budget, start = md.spec.scheduler_budget, md.spec.starting_budgets()
+    budget, resolved = md.spec.scheduler_budget, md.spec.resolved_budgets()
     adaptive = budget.adaptive
     table = Table(box=box.SIMPLE, pad_edge=False)
     for column in ("BUDGET", "SPEC", "IN FORCE", "ADAPTIVE BOUNDS"):
@@ -183,13 +183,13 @@ def budget_table(md: ModelDeployment) -> Table:
     bounds_on = adaptive.enabled
     table.add_row(
         "maxNumSeqs",
-        spec_budget(budget.max_num_seqs, start.max_num_seqs),
+        spec_budget(budget.max_num_seqs, resolved.max_num_seqs),
         str(in_force.max_num_seqs) if in_force else "-",
         f"{adaptive.max_num_seqs.min}..{adaptive.max_num_seqs.max}" if bounds_on else "off",
     )
     table.add_row(
         "maxNumBatchedTokens",
-        spec_budget(budget.max_num_batched_tokens, start.max_num_batched_tokens),
+        spec_budget(budget.max_num_batched_tokens, resolved.max_num_batched_tokens),
         str(in_force.max_num_batched_tokens) if in_force else "-",
         f"{adaptive.max_num_batched_tokens.min}..{adaptive.max_num_batched_tokens.max}" if bounds_on else "off",
     )
