@@ -97,6 +97,14 @@ INVALID = [
         "maxNumBatchedTokens must lie within adaptive.maxNumBatchedTokens bounds",
     ),
     ({"schedulerBudget": {"adaptive": {"maxNumSeqs": {"min": 9, "max": 8}}}}, "bounds: min must not exceed max"),
+    (
+        {
+            "schedulerBudget": {
+                "adaptive": {"enabled": True, "maxNumSeqs": {"min": 64}, "maxNumBatchedTokens": {"min": 16, "max": 32}}
+            }
+        },
+        "adaptive.maxNumBatchedTokens.max must be at least adaptive.maxNumSeqs.min",
+    ),
     ({"rollout": {"maxSurge": "0%", "maxUnavailable": 0}}, "cannot both be zero"),
     ({"model": {"name": "/models/x"}}, "model.volume must name the PersistentVolumeClaim"),
     ({"model": {"name": "/data/x", "volume": {"claimName": "w"}}}, "path under model.volume.mountPath"),

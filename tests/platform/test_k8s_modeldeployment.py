@@ -91,6 +91,14 @@ REFUSED = [
     ({"schedulerBudget": {"maxNumSeqs": 512, "maxNumBatchedTokens": 256}}, "must be at least maxNumSeqs"),
     ({"schedulerBudget": {"maxNumSeqs": 300, "adaptive": {"enabled": True}}}, "within adaptive.maxNumSeqs bounds"),
     ({"schedulerBudget": {"adaptive": {"maxNumSeqs": {"min": 9, "max": 8}}}}, "bounds: min must not exceed max"),
+    (
+        {
+            "schedulerBudget": {
+                "adaptive": {"enabled": True, "maxNumSeqs": {"min": 64}, "maxNumBatchedTokens": {"min": 16, "max": 32}}
+            }
+        },
+        "adaptive.maxNumBatchedTokens.max must be at least adaptive.maxNumSeqs.min",
+    ),
     ({"rollout": {"maxSurge": "0%", "maxUnavailable": 0}}, "cannot both be zero"),
     ({"model": {"name": "/models/x"}}, "model.volume must name the PersistentVolumeClaim"),
     ({"model": {"name": "/models/x", "volume": None}}, "model.volume must name the PersistentVolumeClaim"),

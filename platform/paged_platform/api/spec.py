@@ -187,6 +187,15 @@ class AdaptiveBudget(ApiModel):
     max_num_seqs: SeqsBounds = _sub(SeqsBounds)
     max_num_batched_tokens: BatchedTokensBounds = _sub(BatchedTokensBounds)
 
+    @cel(
+        "!self.enabled || self.maxNumBatchedTokens.max >= self.maxNumSeqs.min",
+        "schedulerBudget.adaptive.maxNumBatchedTokens.max must be at least adaptive.maxNumSeqs.min (each sequence "
+        "needs a token per step)",
+        field_path=".maxNumBatchedTokens.max",
+    )
+    def _tokens_cover_seqs(self) -> bool:
+        return not self.enabled or self.max_num_batched_tokens.max >= self.max_num_seqs.min
+
     def ceiling(self) -> BudgetLimits | None:
         """The highest budgets the tuner may set; None when it is off."""
         if not self.enabled:
