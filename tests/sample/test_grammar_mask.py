@@ -9,14 +9,12 @@ import re
 import jsonschema
 import pytest
 import torch
+from grammar_helpers import EOS, VOCAB, byte_tokenizer, generate
 from paged_engine.sample import Sampler, SamplingMetadata, SamplingRow, StructuredOutput
 from paged_engine.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputParams
 from paged_engine.structured_output import grammar
 from paged_engine.structured_output.grammar import GrammarCompiler
 from paged_engine.tokenizer import FastTokenizer
-
-EOS = 0
-VOCAB = 300  # wider than the tokenizer's 257 ids, as a model's padded vocabulary is: the tail must be masked
 
 SCHEMA = {
     "type": "object",
@@ -30,17 +28,6 @@ SCHEMA = {
 }
 
 
-def byte_tokenizer() -> FastTokenizer:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    backend = Tokenizer(models.BPE(vocab={"<eos>": EOS, **{ch: i + 1 for i, ch in enumerate(alphabet)}}, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens(["<eos>"])
-    return FastTokenizer(backend, bos_token=None, eos_token="<eos>")
-
-
 @pytest.fixture(scope="module")
 def tokenizer() -> FastTokenizer:
     return byte_tokenizer()
@@ -49,31 +36,6 @@ def tokenizer() -> FastTokenizer:
 @pytest.fixture(scope="module")
 def compiler(tokenizer: FastTokenizer) -> GrammarCompiler:
     return GrammarCompiler(lambda: tokenizer, VOCAB, [EOS])
-
-
-def generate(
-    compiler: GrammarCompiler, tokenizer: FastTokenizer, specs: list[StructuredOutputParams | None], steps: int = 80
-) -> list[str]:
-    """Sample every row with random logits until each has sampled EOS (or ``steps`` ran out)."""
-    structured = StructuredOutput(compiler)
-    rows = [
-        SamplingRow.create(SamplingParams(temperature=1.0, seed=i, structured_output=spec), [1])
-        for i, spec in enumerate(specs)
-    ]
-    live = list(range(len(rows)))
-    logits_gen = torch.Generator().manual_seed(0)
-    for _ in range(steps):
-        if not live:
-            break
-        batch = [rows[i] for i in live]
-        metadata = SamplingMetadata.build(batch, VOCAB, [EOS], structured_output=structured)
-        logits = torch.randn(len(batch), VOCAB, generator=logits_gen) * 3
-        tokens = Sampler()(logits, metadata).sampled_token_ids.tolist()
-        for i, token in zip(list(live), tokens, strict=True):
-            rows[i].output_token_ids.append(token)
-            if token == EOS:
-                live.remove(i)
-    return [tokenizer.decode([t for t in row.output_token_ids if t != EOS]) for row in rows]
 
 
 def test_each_kind_of_constraint_holds_in_one_batch(compiler, tokenizer):

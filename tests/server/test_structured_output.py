@@ -11,8 +11,11 @@ from pathlib import Path
 import jsonschema
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
 from paged_engine import LLM, SamplingParams
 from paged_engine.sampling_params import SamplingParamsError, StructuredOutputParams
+
+from tests.sample.grammar_helpers import json_schemas, regexes, schema_validator, strict_json
 
 pytestmark = [pytest.mark.server, pytest.mark.gemma]
 
@@ -164,3 +167,94 @@ def test_bad_constraints_are_400s_naming_the_field(client: openai.OpenAI, extra:
             model="tiny-gemma", messages=[{"role": "user", "content": "x"}], max_tokens=4, extra_body=extra
         )
     assert caught.value.body["param"] == param, caught.value.body
+
+
+# ---- generated constraints on the tiny model: strict JSON that matches, or a cut that says so ----
+
+
+def classify(completion, check) -> str:  # type: ignore[no-untyped-def]
+    """ "valid" (finished and checked), or "cut" (max_tokens reached, said so): never invalid."""
+    if completion.finish_reason == "length":
+        return "cut"
+    assert completion.finish_reason == "stop", completion
+    check(completion.text)
+    return "valid"
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=json_schemas())
+def test_generated_schemas_on_the_model_yield_strict_json_that_matches(llm: LLM, schema: dict) -> None:
+    validator = schema_validator(schema)
+    spec = StructuredOutputParams(json=schema)
+    params = [SamplingParams(temperature=1.0, seed=seed, max_tokens=120, structured_output=spec) for seed in range(3)]
+    outputs = llm.generate(["Data:\n"] * 3, params)
+    for output in outputs:
+        classify(output.outputs[0], lambda text: validator.validate(strict_json(text)))
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(regex=regexes())
+def test_generated_regexes_on_the_model_are_fully_matched(llm: LLM, regex: str) -> None:
+    spec = StructuredOutputParams(regex=regex)
+    params = [SamplingParams(temperature=1.0, seed=seed, max_tokens=40, structured_output=spec) for seed in range(3)]
+    for output in llm.generate(["Code:"] * 3, params):
+        classify(output.outputs[0], lambda text: re.fullmatch(regex, text, re.DOTALL) or pytest.fail(text))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parameters=json_schemas())
+def test_generated_tool_parameters_on_the_model_yield_strict_json_arguments(llm: LLM, parameters: dict) -> None:
+    schema = {"type": "object", "properties": {"x": parameters}, "required": ["x"]}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    params = SamplingParams(temperature=1.0, seed=4, max_tokens=160)
+    (output,) = llm.chat([{"role": "user", "content": "Call f."}], params, tools=tools, tool_choice="required")
+    completion = output.outputs[0]
+    if completion.finish_reason == "length":
+        return  # cut: no calls parsed, said so
+    assert completion.tool_calls, completion.text
+    for call in completion.tool_calls:
+        schema_validator(schema).validate(strict_json(call.arguments))
+
+
+ISSUE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "minItems": 2, "maxItems": 4},
+        "scores": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 3,
+                   "maxItems": 3},
+    },
+    "required": ["tags", "scores"],
+    "additionalProperties": False,
+}  # fmt: skip
+
+
+def test_length_bounded_strings_through_the_server_are_strict_json(client: openai.OpenAI) -> None:
+    """The reported case: guided_json and response_format with maxLength strings, temperature 1.0, seeds 0-2."""
+    validator = schema_validator(ISSUE_SCHEMA)
+    kinds = {"valid": 0, "cut": 0}
+    for seed in range(3):
+        completion = client.completions.create(
+            model="tiny-gemma", prompt="Data:\n", temperature=1.0, seed=seed, max_tokens=200,
+            extra_body={"guided_json": ISSUE_SCHEMA},
+        )  # fmt: skip
+        chat = client.chat.completions.create(
+            model="tiny-gemma", messages=[{"role": "user", "content": "Data?"}], temperature=1.0, seed=seed,
+            max_tokens=200,
+            response_format={"type": "json_schema", "json_schema": {"name": "d", "schema": ISSUE_SCHEMA}},
+        )  # fmt: skip
+        for choice in [completion.choices[0], chat.choices[0]]:
+            text = choice.text if hasattr(choice, "text") else choice.message.content
+            kind = "cut" if choice.finish_reason == "length" else "valid"
+            if kind == "valid":
+                assert choice.finish_reason == "stop"
+                validator.validate(strict_json(text))
+            kinds[kind] += 1
+    assert kinds["valid"] > 0, kinds
+
+
+def test_a_string_with_a_pattern_and_a_length_is_a_400_naming_the_field(client: openai.OpenAI) -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]+$", "maxLength": 4}}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model="tiny-gemma", prompt="x", max_tokens=4, extra_body={"guided_json": schema})
+    assert caught.value.body["param"] == "guided_json"
+    assert "/properties/code" in caught.value.body["message"]

@@ -10,7 +10,8 @@ Two stages, on the two sides of the process boundary:
   compiled grammars are cached by constraint.
 
 JSON is generated compact (``", "`` and ``": "`` separators, no free whitespace): a small model given free
-whitespace can emit newlines until ``max_tokens``, which is never valid JSON.
+whitespace can emit newlines until ``max_tokens``, which is never valid JSON. Its string rules come from
+``json_strings``, which repairs the ones xgrammar builds that admit raw control characters.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from paged_engine.sampling_params import SamplingParamsError, StructuredOutputParams
+from paged_engine.structured_output.json_strings import schema_grammar
 
 if TYPE_CHECKING:
     import xgrammar
@@ -63,7 +65,7 @@ def _grammar(spec: StructuredOutputParams) -> xgrammar.Grammar:
     xgr = _xgr()
     kind = spec.kind
     if kind in ("json", "json_object"):
-        return xgr.Grammar.from_json_schema(_schema(spec), any_whitespace=False)
+        return schema_grammar(_schema(spec))
     if kind == "regex":
         return xgr.Grammar.from_regex(spec.regex)
     if kind == "choice":
@@ -121,10 +123,7 @@ class GrammarCompiler:
             return compiled
         compiler = self._get_compiler()
         try:
-            if spec.kind in ("json", "json_object"):
-                compiled = compiler.compile_json_schema(_schema(spec), any_whitespace=False)
-            else:
-                compiled = compiler.compile_grammar(_grammar(spec))
+            compiled = compiler.compile_grammar(_grammar(spec))
         except (RuntimeError, ValueError) as exc:
             kind = spec.kind
             raise SamplingParamsError(
