@@ -11,12 +11,20 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from paged_operator.policy.config import controller_spec, starting_budgets
 from paged_operator.render import children
-from paged_platform.api import ModelDeployment
+from paged_platform.api import ModelDeployment, parse_quantity
 from paged_platform.engine_contract.budgets import (
     MAX_NUM_BATCHED_TOKENS_BOUNDS,
     MAX_NUM_SEQS_BOUNDS,
     BudgetLimits,
     Budgets,
+)
+from paged_platform.engine_contract.launch import ServeFlag
+from paged_platform.engine_contract.memory import (
+    DEFAULT_CPU_BYTES,
+    DEFAULT_GPU_FRACTION,
+    KV_CACHE_MEMORY_PATTERN,
+    MAX_TEXT_LENGTH,
+    default_kv_cache_memory,
 )
 from pydantic import ValidationError
 
@@ -86,3 +94,29 @@ def test_the_widest_spec_the_crd_admits_starts_an_engine_at_the_contracts_bounds
     md = admitted({"adaptive": {"enabled": True, "maxNumSeqs": widest[0], "maxNumBatchedTokens": widest[1]}}, 0)
     _, limits = engine_of(md, starting_budgets(md.spec))
     assert limits == BudgetLimits(MAX_NUM_SEQS_BOUNDS.high, MAX_NUM_BATCHED_TOKENS_BOUNDS.high)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.from_regex(KV_CACHE_MEMORY_PATTERN, fullmatch=True).filter(lambda t: len(t) <= MAX_TEXT_LENGTH))
+def test_every_kv_cache_memory_the_crd_admits_starts_an_engine_with_its_meaning(text: str) -> None:
+    """A unitless number up to 1 is a fraction of free memory, anything else a size; the engine reads the rendered
+    flag as the API server's quantity arithmetic does (never ``int(0.9) = 0``)."""
+    md = ModelDeployment.model_validate(
+        {"metadata": {"name": "m", "namespace": "ns"}, "spec": {"engine": {"kvCacheMemory": text}}}
+    )
+    _, config, _ = engine_started_by(children.container(md), {})
+    unitless = text.replace(".", "").isdigit()
+    if unitless and float(text) <= 1:
+        assert config.kv_cache_memory == float(text)
+    else:
+        assert config.kv_cache_memory == int(parse_quantity(text))
+
+
+def test_unset_kv_cache_memory_leaves_the_engine_its_device_default() -> None:
+    md = ModelDeployment.model_validate({"metadata": {"name": "m", "namespace": "ns"}, "spec": {}})
+    container = children.container(md)
+    assert ServeFlag.KV_CACHE_MEMORY not in container["args"]
+    _, config, _ = engine_started_by(container, {})
+    assert config.kv_cache_memory is None  # sized at start-up, once the device is known
+    assert default_kv_cache_memory("cuda") == DEFAULT_GPU_FRACTION
+    assert default_kv_cache_memory("cpu") == DEFAULT_CPU_BYTES

@@ -52,6 +52,23 @@ def test_flags_and_keyword_arguments_reach_the_same_fields() -> None:
     assert kwargs.kv_cache_memory == 512 << 20 and kwargs.scheduler.policy == "priority"
 
 
+@pytest.mark.parametrize(
+    ("written", "meaning"),
+    [("2Gi", 2 << 30), ("512MiB", 512 << 20), ("1.5G", 1_500_000_000), ("2147483648", 2 << 30), ("0.9", 0.9),
+     ("1", 1.0), (None, None)],
+)  # fmt: skip
+def test_kv_cache_memory_is_a_size_or_a_fraction_or_left_to_the_device(written, meaning) -> None:
+    flags = ("--kv-cache-memory", written) if written is not None else ()
+    assert engine_config(serve_args("tiny", *flags)).kv_cache_memory == meaning
+    assert EngineConfig.from_kwargs(kv_cache_memory=written).kv_cache_memory == meaning
+
+
+@pytest.mark.parametrize("written", ["0", "0Gi", "500m", "2 gigs", "-1Gi"])
+def test_a_kv_cache_memory_that_is_neither_is_refused_naming_the_forms(written) -> None:
+    with pytest.raises(ValueError, match=r"give a size .* or a fraction"):
+        EngineConfig.from_kwargs(kv_cache_memory=written)
+
+
 @pytest.mark.parametrize(("env", "field", "value"), [("PAGED_ATTENTION_BACKEND", "attention_backend", "reference"),
                                                     ("PAGED_GEMM_BACKEND", "gemm_backend", "torch"),
                                                     ("PAGED_CPU_ISA", "cpu_isa", "avx2")])  # fmt: skip

@@ -106,6 +106,9 @@ REFUSED = [
     ({"model": {"volume": {"claimName": "w"}}}, "takes no model.volume"),
     ({"autoscaling": {"targets": {"kvCacheUsage": 1.5}}}, "spec.autoscaling.targets.kvCacheUsage"),
     ({"engine": {"kvCacheMemory": "2 GB"}}, "spec.engine.kvCacheMemory"),
+    ({"engine": {"kvCacheMemory": "0"}}, "spec.engine.kvCacheMemory"),
+    ({"engine": {"kvCacheMemory": "500m"}}, "spec.engine.kvCacheMemory"),
+    ({"engine": {"kvCacheMemory": 1}}, "spec.engine.kvCacheMemory"),
     ({"engine": {"blockSize": 24}}, "spec.engine.blockSize"),
     ({"tracing": {"exporter": "otlp"}}, "tracing.endpoint is required when tracing.exporter is otlp"),
     ({"tracing": {"exporter": "otlp", "endpoint": "otel-collector:4317"}}, "spec.tracing.endpoint in body"),
@@ -133,6 +136,16 @@ def test_invalid_objects_are_refused_with_the_rule_message(
         kube_admin.create(collection(kube_namespace), doc(**spec))
     assert info.value.code == 422
     assert message in info.value.message
+
+
+@pytest.mark.parametrize("kv_cache_memory", ["2Gi", "0.9", 2147483648])
+def test_kv_cache_memory_is_stored_as_written_in_both_forms(
+    kube_admin: KubeClient, kube_namespace: str, md_crd: str, kv_cache_memory: str | int
+) -> None:
+    name = f"kv-{str(kv_cache_memory).replace('.', '-').lower()}"
+    created = kube_admin.create(collection(kube_namespace), doc(name, engine={"kvCacheMemory": kv_cache_memory}))
+    assert created["spec"]["engine"]["kvCacheMemory"] == kv_cache_memory
+    assert ModelDeployment.model_validate(created).spec.engine.kv_cache_memory == kv_cache_memory
 
 
 def test_bad_name_is_refused(kube_admin: KubeClient, kube_namespace: str, md_crd: str) -> None:
@@ -405,7 +418,7 @@ SPECS = st.fixed_dictionaries(
             {},
             optional={
                 "blockSize": st.sampled_from([8, 16, 24]),
-                "kvCacheMemory": st.sampled_from(["2Gi", "500m", 3, "2 GB", -1]),
+                "kvCacheMemory": st.sampled_from(["2Gi", "0.9", "1", ".5", "500m", "0", "1.5", 3, 1, "2 GB", -1]),
                 "dtype": st.sampled_from(["auto", "int4"]),
             },
         ),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from paged_platform.engine_contract.launch import DEFAULT_MAX_LORAS
+from paged_platform.engine_contract.memory import DEFAULT_DESCRIPTION, parse_kv_cache_memory
 
 from paged_engine.attention.selection import BACKENDS
 from paged_engine.config_fields import setting
@@ -25,33 +26,6 @@ from paged_engine.sampling_params import MAX_LOGPROBS
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 GREEDY_HEADS = ("auto", "fp32")
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
-DEFAULT_KV_CACHE_MEMORY = 2 << 30
-
-
-_UNITS = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9}
-
-
-def parse_memory(value: str | int | float) -> int | float:
-    """``4GiB``, ``512MiB``, ``1e9`` (bytes) or ``0.5`` (a fraction of free memory)."""
-    unit = None
-    if isinstance(value, bool):
-        number = -1.0
-    elif isinstance(value, int | float):
-        number = float(value)
-    else:
-        text = value.strip().lower()
-        unit = next((u for u in _UNITS if text.endswith(u)), None)
-        try:
-            number = float(text[: -len(unit)]) * _UNITS[unit] if unit else float(text)
-        except ValueError:
-            number = -1.0
-    if 0 < number <= 1 and unit is None:
-        return number
-    if number > 1:
-        return int(number)
-    raise ValueError(
-        f"invalid KV-cache memory {value!r}: give bytes, with a unit (e.g. 2GiB, 512MiB), or a fraction in (0, 1]"
-    )
 
 
 @dataclass
@@ -84,9 +58,10 @@ class EngineConfig:
         env="PAGED_CPU_ISA", choices=("auto", *CPU_ISAS),
     )  # fmt: skip
     block_size: int = setting(16, "tokens per KV-cache block")
-    kv_cache_memory: int | float = setting(
-        DEFAULT_KV_CACHE_MEMORY, "KV-cache size: bytes (e.g. 2GiB) or a fraction of free memory (e.g. 0.5)",
-        parse=parse_memory,
+    kv_cache_memory: int | float | None = setting(
+        None, "KV-cache size: bytes (e.g. 2Gi, 2GiB) or a fraction of the device's free memory after the weights"
+        f" (e.g. 0.9); unset: {DEFAULT_DESCRIPTION}",
+        parse=parse_kv_cache_memory,
     )  # fmt: skip
     enforce_eager: bool = setting(
         False, "run every step eagerly: no CUDA graphs for decode steps (saves their capture time and memory)"
@@ -123,7 +98,8 @@ class EngineConfig:
             raise ValueError(f"cpu_isa must be auto or one of {', '.join(CPU_ISAS)}, got {self.cpu_isa!r}")
         if not 1 <= self.block_size <= 1024:
             raise ValueError(f"block_size must be in [1, 1024], got {self.block_size}")
-        self.kv_cache_memory = parse_memory(self.kv_cache_memory)
+        if self.kv_cache_memory is not None:
+            self.kv_cache_memory = parse_kv_cache_memory(self.kv_cache_memory)
         if self.num_kv_blocks is not None and self.num_kv_blocks < 2:
             raise ValueError(f"num_kv_blocks must be at least 2 (block 0 is reserved), got {self.num_kv_blocks}")
         if not 0 <= self.max_logprobs <= 1024:

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from paged_platform.engine_contract.budgets import BudgetLimits
+from paged_platform.engine_contract.memory import default_kv_cache_memory
 
 from paged_engine.attention import get_backend
 from paged_engine.attention.backend import AttentionBackend
@@ -184,8 +185,11 @@ def plan_kv(config: EngineConfig, model: DecoderForCausalLM, placement: Placemen
     scheduler = config.scheduler.resolved(placement.device.type, serving)
     max_model_len = scheduler.max_model_len or model.spec.max_position_embeddings
     scheduler = dataclasses.replace(scheduler, max_model_len=max_model_len)
+    kv_cache_memory = config.kv_cache_memory
+    if kv_cache_memory is None:
+        kv_cache_memory = default_kv_cache_memory(placement.device.type)
     plan = plan_kv_cache(model, config.block_size, placement.dtype, max_model_len,
-                         kv_cache_memory=config.kv_cache_memory, num_blocks=config.num_kv_blocks,
+                         kv_cache_memory=kv_cache_memory, num_blocks=config.num_kv_blocks,
                          device=placement.device)  # fmt: skip
     logger.info("KV cache: %d blocks of %d tokens, %d groups of %d layers, %.1f MiB", plan.config.num_blocks,
                 plan.config.block_size, len(plan.config.groups), plan.group_size, plan.total_bytes / 2**20)  # fmt: skip

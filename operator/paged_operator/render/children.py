@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from paged_platform.api import API_VERSION, KIND, ModelDeployment, parse_quantity
+from paged_platform.api import API_VERSION, KIND, ModelDeployment
 from paged_platform.engine_contract import admin as engine_admin
 from paged_platform.engine_contract.budgets import Budgets
 from paged_platform.engine_contract.launch import (
@@ -174,9 +174,8 @@ def engine_args(md: ModelDeployment) -> list[str]:
         args += [ServeFlag.DEVICE, "cuda"]
     if engine.max_model_len is not None:
         args += [ServeFlag.MAX_MODEL_LEN, str(engine.max_model_len)]
-    if engine.kv_cache_memory is not None:
-        # The engine reads plain bytes; a Kubernetes quantity ("2Gi") is converted here.
-        args += [ServeFlag.KV_CACHE_MEMORY, str(int(parse_quantity(engine.kv_cache_memory)))]
+    if engine.kv_cache_memory is not None:  # as written: the engine reads quantities and fractions alike
+        args += [ServeFlag.KV_CACHE_MEMORY, str(engine.kv_cache_memory)]
     return [str(a) for a in (*args, *adapter_mounts(md).args, *tracing_args(md), *engine.extra_args)]
 
 

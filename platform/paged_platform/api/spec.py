@@ -8,9 +8,11 @@ pydantic alike.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from paged_platform.api.adapters import MAX_ADAPTERS, Adapter
 from paged_platform.api.base import ApiModel, IntOrPercent, Quantity, cel
@@ -25,6 +27,12 @@ from paged_platform.engine_contract.budgets import (
     BudgetLimits,
     Budgets,
     resolve_budgets,
+)
+from paged_platform.engine_contract.memory import (
+    DEFAULT_DESCRIPTION,
+    KV_CACHE_MEMORY_PATTERN,
+    MAX_TEXT_LENGTH,
+    parse_kv_cache_memory,
 )
 from paged_platform.tracing_contract import DEFAULT_PROTOCOL, Exporter, OtlpProtocol
 
@@ -44,6 +52,44 @@ def _sub(model: type[ApiModel]) -> Any:
     return Field(default_factory=model, json_schema_extra={"default": model().to_wire()})
 
 
+def _kv_cache_memory(value: Any) -> int | str:
+    if isinstance(value, float):  # `0.9` unquoted in YAML: the text the API server takes for it
+        value = repr(value)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise PydanticCustomError("kv_cache_memory", "kvCacheMemory must be a size like '2Gi' or a fraction like '0.9'")
+    if isinstance(value, int) and value < 2:
+        raise PydanticCustomError(
+            "kv_cache_memory", f"kvCacheMemory {value} as an integer is bytes; write a fraction quoted, like '0.9'"
+        )
+    if isinstance(value, str) and not re.match(KV_CACHE_MEMORY_PATTERN, value):
+        raise PydanticCustomError(
+            "kv_cache_memory",
+            f"kvCacheMemory {value!r} is neither a size (like '2Gi', '512Mi' or a byte count) nor a fraction of free "
+            "device memory in (0, 1] (like '0.9')",
+        )
+    try:
+        parse_kv_cache_memory(value)
+    except ValueError as exc:
+        raise PydanticCustomError("kv_cache_memory", str(exc)) from None
+    return value
+
+
+KvCacheMemory = Annotated[
+    int | str,
+    BeforeValidator(_kv_cache_memory),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "minimum": 2,
+            "pattern": KV_CACHE_MEMORY_PATTERN,
+            "maxLength": MAX_TEXT_LENGTH,
+        }
+    ),
+]
+"""A KV-cache budget as the engine contract writes it: bytes (integer or quantity) or a fraction (string)."""
+
+
 class EngineSpec(ApiModel):
     """How each replica's engine runs."""
 
@@ -56,8 +102,12 @@ class EngineSpec(ApiModel):
     """Tokens per KV-cache block."""
     max_model_len: int | None = Field(None, ge=16, le=1_048_576)
     """Longest sequence (prompt + output) in tokens; unset means the model's own limit."""
-    kv_cache_memory: Quantity | None = None
-    """Memory carved into KV-cache blocks at start-up (like `2Gi`); unset lets the engine size it."""
+    kv_cache_memory: KvCacheMemory | None = Field(
+        None,
+        description="Memory carved into KV-cache blocks at start-up: a size (like `2Gi`) or a fraction of the "
+        'device\'s free memory after the weights, quoted (like `"0.9"`); unset: the engine sizes it for its device '
+        f"({DEFAULT_DESCRIPTION}).",
+    )
     enable_prefix_caching: bool = True
     """Reuse KV blocks across requests that share a prompt prefix."""
     max_lora_rank: int = Field(16, ge=1, le=1024)
