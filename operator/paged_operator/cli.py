@@ -29,6 +29,7 @@ from aiohttp import web
 
 from paged_operator import (
     admin_token,
+    drift,
     handlers,  # noqa: F401  registers the kopf handlers that kopf.operator runs
     operator_metrics,
 )
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     shared = Shared(options=options)
     if not args.no_child_watches:
         child_reads.register()
+    drift.register()  # always: repairs need no objects held in memory, only the watch events
 
     async def operator(stop_flag: asyncio.Event | None = None) -> None:
         await kopf.operator(

@@ -52,7 +52,8 @@ ANNOTATION_PREFIX = "operator.paged.dev"
 MAX_BACKOFF_S = 60.0
 
 
-def _shared(memo: Any) -> Shared:
+def shared_state(memo: Any) -> Shared:
+    """The operator's shared state, which ``paged-operator run`` puts into kopf's memo."""
     shared = getattr(memo, "shared", None)
     if not isinstance(shared, Shared):
         raise kopf.PermanentError("the operator was started without its shared state (use paged-operator run)")
@@ -61,7 +62,7 @@ def _shared(memo: Any) -> Shared:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
-    options = _shared(memo).options
+    options = shared_state(memo).options
     # The CRD's status schema is closed (kopf could not keep its progress there): annotations instead.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=ANNOTATION_PREFIX)
@@ -80,16 +81,17 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
 def login(memo: Any, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """kopf's own kubeconfig / in-cluster loaders; the operator's HTTP client reuses what they found."""
     info = kopf.login_with_kubeconfig(**kwargs) or kopf.login_with_service_account(**kwargs)
-    _shared(memo).connection = info
+    shared_state(memo).connection = info
     return info
 
 
 @kopf.on.cleanup()
 async def close_clients(memo: Any, **_: Any) -> None:
-    await _shared(memo).aclose()
+    await shared_state(memo).aclose()
 
 
-def _parse(body: Mapping[str, Any]) -> ModelDeployment:
+def parse(body: Mapping[str, Any]) -> ModelDeployment:
+    """The ModelDeployment of a watched ``body`` (kopf's bookkeeping and managedFields left out)."""
     obj = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
     obj["metadata"] = {k: v for k, v in dict(body["metadata"]).items() if k != "managedFields"}
     return ModelDeployment.from_wire(obj)
@@ -113,11 +115,11 @@ async def _reject(kube: KubeApi, body: Mapping[str, Any], exc: ValidationError) 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
-    shared = _shared(memo)
+    shared = shared_state(memo)
     kube = shared.kube
     with operator_metrics.timed("reconcile"):
         try:
-            md = _parse(body)
+            md = parse(body)
         except ValidationError as exc:
             await _reject(kube, body, exc)
             raise kopf.PermanentError(f"invalid ModelDeployment: {exc.error_count()} error(s)") from None
@@ -216,14 +218,14 @@ async def control_loop(body: kopf.Body, memo: Any, stopped: kopf.DaemonStopped, 
     """Decide every ``autoscaling.intervalSeconds``; the policies' state lives here, one loop per object.
 
     The children are read from kopf's watches when they are on (``child_reads``), else from the API server."""
-    shared = _shared(memo)
+    shared = shared_state(memo)
     loop = ControlLoop(shared, reads=IndexReads.from_handler_kwargs(kwargs))
     while not stopped:
         snapshot = dict(body)  # kopf keeps ``body`` current; one consistent copy per decision
         interval = 15.0
         loop.at_zero = False  # set again by a decision that leaves the fleet at zero
         try:
-            md = _parse(snapshot)
+            md = parse(snapshot)
             interval = float(md.spec.autoscaling.interval_seconds)
             with operator_metrics.timed("control_loop"):
                 await loop.step(md, snapshot, interval, logger)

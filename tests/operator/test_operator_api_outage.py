@@ -90,7 +90,7 @@ async def test_through_an_outage_nothing_in_force_changes_and_the_gap_is_reporte
         "metadata": {"name": "m", "namespace": "ns", "uid": "u1", "generation": 1, "resourceVersion": "7"},
         "spec": SPEC,
     }
-    md = handlers._parse(body)
+    md = handlers.parse(body)
     cluster, engines = Cluster("m"), Engines()
     clock = [1_800_000_000.0]
     shared = Shared(options=Options(token_key=b"k" * 32), clock=lambda: clock[0])

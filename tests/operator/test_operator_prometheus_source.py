@@ -84,7 +84,7 @@ async def test_the_decision_is_made_on_the_series_prometheus_holds() -> None:
     shared._http = httpx.AsyncClient(transport=httpx.MockTransport(network.handle))
     loop = ControlLoop(shared, reads=cluster)
 
-    await loop.tick(handlers._parse(body), body)
+    await loop.tick(handlers.parse(body), body)
     await shared.aclose()
 
     # KV usage 0.9 on 2 replicas against a target of 0.5 asks for 3.6: 4 replicas.

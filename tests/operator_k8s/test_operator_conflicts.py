@@ -55,7 +55,7 @@ def scale_record(before: int, after: int) -> Decision:
 
 async def decide_and_scale(kube: KubeApi, body: dict[str, Any], to: int) -> int | None:
     """What the control loop does for one scaling decision, from its own (possibly stale) copy of the object."""
-    md = handlers._parse(body)
+    md = handlers.parse(body)
     deployment = await kube.get(deployment_path(md.metadata.namespace or "", md.metadata.name))
     seen = deployment["spec"]["replicas"]
     written, _ = await set_replicas(kube, md, deployment, lambda live: to if live == seen else None)
@@ -78,7 +78,7 @@ async def test_a_spec_edit_racing_a_scaling_decision_keeps_both(
     ns, name = kube_namespace, "race"
     kube_admin.create(md_path(ns), model_deployment(name, replicas={"min": 1, "max": 6}))
     first = kube_admin.get(md_path(ns, name))
-    await handlers.apply_children(kube, handlers._parse(first), first, KEY)
+    await handlers.apply_children(kube, handlers.parse(first), first, KEY)
     assert kube_admin.get(deployment_path(ns, name))["spec"]["replicas"] == 1
     reconciled = kube_admin.get(md_path(ns, name))  # status: generation 1 observed, 1 replica desired
 
@@ -87,7 +87,7 @@ async def test_a_spec_edit_racing_a_scaling_decision_keeps_both(
     edited = kube_admin.get(md_path(ns, name))  # what kopf hands reconcile: the new spec, 1 replica desired
     assert await decide_and_scale(kube, reconciled, 3) == 3
     assert edited["status"]["desiredReplicas"] == 1
-    await handlers.apply_children(kube, handlers._parse(edited), edited, KEY)
+    await handlers.apply_children(kube, handlers.parse(edited), edited, KEY)
 
     assert kube_admin.get(deployment_path(ns, name))["spec"]["replicas"] == 3  # the decision is not undone
     status = read_status(kube_admin.get(md_path(ns, name)))
@@ -105,7 +105,7 @@ async def test_a_spec_edit_racing_a_scaling_decision_keeps_both(
     # Lowered bounds: reconcile moves the live count into them, from the live count, not from the status.
     kube_admin.patch(md_path(ns, name), {"spec": {"replicas": {"max": 2}}})
     lowered = kube_admin.get(md_path(ns, name))
-    await handlers.apply_children(kube, handlers._parse(lowered), lowered, KEY)
+    await handlers.apply_children(kube, handlers.parse(lowered), lowered, KEY)
     assert kube_admin.get(deployment_path(ns, name))["spec"]["replicas"] == 2
 
 
@@ -116,14 +116,14 @@ async def test_concurrent_edits_and_decisions_converge(
     ns, name = kube_namespace, "storm"
     kube_admin.create(md_path(ns), model_deployment(name, replicas={"min": 1, "max": 8}))
     body = kube_admin.get(md_path(ns, name))
-    await handlers.apply_children(kube, handlers._parse(body), body, KEY)
+    await handlers.apply_children(kube, handlers.parse(body), body, KEY)
     landed = []
     for round_ in range(6):
         kube_admin.patch(md_path(ns, name), {"spec": {"engine": {"extraArgs": ["--seed", str(round_)]}}})
         edited = kube_admin.get(md_path(ns, name))
         stale = copy.deepcopy(body)  # the loop's copy from before the edit
         _, written = await asyncio.gather(
-            handlers.apply_children(kube, handlers._parse(edited), edited, KEY),
+            handlers.apply_children(kube, handlers.parse(edited), edited, KEY),
             decide_and_scale(kube, stale, 2 + round_),
         )
         if written is not None:

@@ -105,10 +105,10 @@ async def test_a_restarted_operator_keeps_its_windows_and_its_memory_of_overload
     ns = kube_namespace
     kube_admin.create(md_path(ns), model_deployment(NAME, **{**SPEC, "replicas": {"min": 3, "max": 4}}))
     body = kube_admin.get(md_path(ns, NAME))
-    await handlers.apply_children(kube, handlers._parse(body), body, KEY)
+    await handlers.apply_children(kube, handlers.parse(body), body, KEY)
     kube_admin.patch(md_path(ns, NAME), {"spec": {"replicas": {"min": 1, "max": 4}}})  # room to scale down to 1
 
-    selector = children.selector_string(handlers._parse(body))
+    selector = children.selector_string(handlers.parse(body))
 
     def three_ready() -> bool:
         pods = kube_admin.get(f"/api/v1/namespaces/{ns}/pods", labelSelector=selector)["items"]
@@ -129,7 +129,7 @@ async def test_a_restarted_operator_keeps_its_windows_and_its_memory_of_overload
         clock.now += seconds
         engines.preemptions += engines.preemption_rate * seconds
         fresh = kube_admin.get(md_path(ns, NAME))
-        await loop.tick(handlers._parse(fresh), fresh)
+        await loop.tick(handlers.parse(fresh), fresh)
         return kube_admin.get(md_path(ns, NAME))
 
     def replicas() -> int:

@@ -96,10 +96,10 @@ class DecisionState(ApiModel):
 
 
 class Decision(ApiModel):
-    """A scaling or budget decision with the signals that drove it."""
+    """A scaling or budget decision with the signals that drove it, or a child put back after drift."""
 
     time: datetime
-    kind: Literal["scale", "budget"]
+    kind: Literal["scale", "budget", "repair"]
     from_: DecisionState = Field(alias="from")
     to: DecisionState
     reason: str = Field(max_length=1024)
