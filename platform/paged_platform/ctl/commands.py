@@ -21,8 +21,8 @@ from rich.markup import escape
 from paged_platform.api import ModelDeployment
 from paged_platform.api.spec import ReplicasSpec, SchedulerBudget
 from paged_platform.crd import crd_yaml
-from paged_platform.ctl import render
-from paged_platform.ctl.render import Output
+from paged_platform.ctl import render, template
+from paged_platform.ctl.render import ManifestOutput, Output
 from paged_platform.kube import ExitCode, Kube, KubeError, KubeTarget, connect
 from paged_platform.manifests import ManifestError, ManifestValidationError, field_errors, load_model_deployments
 from paged_platform.podmetrics import PodMetrics, parse_pod_metrics
@@ -97,21 +97,9 @@ def emit(data: Any, output: Output) -> None:
     typer.echo(render.dump(data, output), nl=False)
 
 
-@app.command()
-@run
-async def apply(
-    filename: Annotated[str, typer.Option("--filename", "-f", help="YAML file with ModelDeployments ('-' for stdin).")],
-    dry_run: Annotated[
-        DryRun,
-        typer.Option(
-            "--dry-run", help="client: validate only, no cluster; server: the server validates, stores nothing."
-        ),
-    ] = DryRun.NONE,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
-) -> None:
-    """Validate ModelDeployments against the schema, then server-side apply them (field manager paged-ctl)."""
+def read_model_deployments(filename: str, namespace: str | None) -> list[tuple[dict[str, Any], ModelDeployment]]:
+    """The ModelDeployments of a file ('-': stdin), validated, each as written and as parsed; refused when one
+    names a namespace other than ``-n``."""
     if filename == "-":
         text, source = sys.stdin.read(), "<stdin>"
     else:
@@ -128,6 +116,25 @@ async def apply(
             raise UsageError(
                 f"{md.metadata.name}: the namespace in the file ({md.metadata.namespace}) does not match -n {namespace}"
             )
+    return docs
+
+
+@app.command()
+@run
+async def apply(
+    filename: Annotated[str, typer.Option("--filename", "-f", help="YAML file with ModelDeployments ('-' for stdin).")],
+    dry_run: Annotated[
+        DryRun,
+        typer.Option(
+            "--dry-run", help="client: validate only, no cluster; server: the server validates, stores nothing."
+        ),
+    ] = DryRun.NONE,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Validate ModelDeployments against the schema, then server-side apply them (field manager paged-ctl)."""
+    docs = read_model_deployments(filename, namespace)
     console = render.stdout()
     if dry_run is DryRun.CLIENT:
         for _, md in docs:
@@ -139,6 +146,44 @@ async def apply(
             suffix = " (server dry run)" if dry_run is DryRun.SERVER else ""
             ns = md.metadata.namespace or kube.namespace
             console.print(f"modeldeployment.paged.dev/{md.metadata.name} applied in namespace {ns}{suffix}")
+
+
+@app.command("render")
+@run
+async def render_children(
+    filename: Annotated[str, typer.Argument(metavar="FILE", help="YAML file with ModelDeployments ('-' for stdin).")],
+    output: Annotated[ManifestOutput, typer.Option("--output", "-o", help="Output format.")] = ManifestOutput.YAML,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Namespace of documents that name none (default: default).")
+    ] = None,
+    router_cluster_role: Annotated[
+        str | None,
+        typer.Option(
+            "--router-cluster-role", help="ClusterRole the router's RoleBinding names (default: the chart's)."
+        ),
+    ] = None,
+) -> None:
+    """Print the objects the operator would create for each ModelDeployment in FILE (no cluster, like helm template).
+
+    Built by the operator's own code, in the order it applies them; the budgets are those a new object starts with.
+    Placeholders stand for what only a cluster gives: the owner uid (<assigned-by-the-api-server>)
+    and the admin token in the Secret (the operator derives it from its key and the uid).
+    The engine Deployment has no spec.replicas: the operator sets the count apart (replicas.min at first).
+    """
+    docs = read_model_deployments(filename, namespace)
+    objects: list[dict[str, Any]] = []
+    try:
+        for _, md in docs:
+            objects += template.operator_children(
+                template.with_namespace(md, namespace or "default"), router_cluster_role
+            )
+    except template.OperatorMissing as exc:
+        raise KubeError(str(exc)) from None
+    typer.echo(render.dump_manifests(objects, output), nl=False)
+    render.stderr().print(
+        f"note: the owner uid ({template.UID_PLACEHOLDER}) and the admin token are placeholders (see --help)",
+        markup=False,
+    )
 
 
 async def _get(kube: Kube, name: str | None, all_namespaces: bool, output: Output) -> None:

@@ -25,6 +25,13 @@ class Output(StrEnum):
     JSON = "json"
 
 
+class ManifestOutput(StrEnum):
+    """Formats of Kubernetes objects meant to be applied (no table: every field matters)."""
+
+    YAML = "yaml"
+    JSON = "json"
+
+
 def stdout() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
@@ -47,6 +54,26 @@ def dump(data: Any, output: Output) -> str:
 
 def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": [clean(i) for i in items]}
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    """Multi-line strings (scripts, the ConfigMap's JSON) as literal blocks, readable as they will run."""
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_ManifestDumper.add_representer(str, _str)
+
+
+def dump_manifests(objects: list[dict[str, Any]], output: ManifestOutput) -> str:
+    """Objects as ``kubectl apply -f`` reads them: YAML documents each opened by ``---``, or one JSON ``List``."""
+    if output is ManifestOutput.JSON:
+        return json.dumps(as_list(objects), indent=2) + "\n"
+    return yaml.dump_all(
+        objects, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False, explicit_start=True
+    )
 
 
 def age(created: str | None, now: datetime | None = None) -> str:
