@@ -18,8 +18,10 @@ import typer
 from pydantic import ValidationError
 from rich.markup import escape
 
-from paged_platform.api import ModelDeployment
+from paged_platform import sizing
+from paged_platform.api import ModelDeployment, parse_quantity
 from paged_platform.api.spec import ReplicasSpec, SchedulerBudget
+from paged_platform.checkpoint_meta import Checkpoint, CheckpointError, load_checkpoint
 from paged_platform.crd import crd_yaml
 from paged_platform.ctl import render, template
 from paged_platform.ctl.render import ManifestOutput, Output
@@ -384,6 +386,103 @@ async def explain(
         emit(data, output)
         return
     render.explain(render.stdout(), data)
+
+
+class Dtype(StrEnum):
+    AUTO = "auto"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+
+
+def gpu_memory_bytes(value: str) -> int:
+    """``--gpu-memory`` as bytes: a Kubernetes quantity, as ``spec.resources`` takes sizes."""
+    try:
+        size = int(parse_quantity(value))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if size < 1:
+        raise typer.BadParameter(f"{value!r} is not a positive size")
+    return size
+
+
+def weights_source(checkpoint: Checkpoint) -> tuple[str, int | None]:
+    """Where the weight size comes from, and the stored size when it is used as is (quantized tensors)."""
+    tensors = checkpoint.safetensors
+    if tensors is None:
+        return f"estimated from {checkpoint.config_path.name}", None
+    files = f"{tensors.files} safetensors file{'s' if tensors.files > 1 else ''}"
+    if tensors.quantized:
+        return f"stored size of {files} (quantized tensors: not converted to --dtype)", tensors.data_bytes
+    return f"counted from the headers of {files}", None
+
+
+@app.command()
+def plan(
+    model: Annotated[
+        Path,
+        typer.Argument(
+            metavar="MODEL_OR_CONFIG",
+            help="A Hugging Face config.json, or a model folder holding one (its *.safetensors headers, if any,"
+            " give the real parameter count).",
+        ),
+    ],
+    context: Annotated[int, typer.Option("--context", min=1, help="Tokens per request: prompt plus output.")],
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Requests to serve at once.")],
+    gpu_memory: Annotated[
+        int,
+        typer.Option(
+            "--gpu-memory", metavar="QUANTITY", parser=gpu_memory_bytes, help="Memory of one GPU (80Gi, 141Gi, ...)."
+        ),
+    ] = "80Gi",  # type: ignore[assignment]  # parsed by gpu_memory_bytes
+    dtype: Annotated[Dtype, typer.Option("--dtype", help="Weights' dtype; auto: the engine's on a GPU.")] = Dtype.AUTO,
+    kv_dtype: Annotated[
+        Dtype, typer.Option("--kv-dtype", help="KV cache's dtype; auto: the weights' (as the engine keeps it).")
+    ] = Dtype.AUTO,
+    memory_fraction: Annotated[
+        float,
+        typer.Option(
+            "--memory-fraction",
+            min=0.01,
+            max=1.0,
+            help="Share of each GPU for weights and KV cache (the rest: activations, CUDA graphs, the runtime).",
+        ),
+    ] = sizing.DEFAULT_MEMORY_FRACTION,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """The KV-cache arithmetic that sizes a deployment: bytes per token and per request, the weights, requests per
+    GPU, and the tensor-parallel size and replicas a load of --concurrency requests of --context tokens needs.
+
+    Reads only the checkpoint's config.json and safetensors headers (no network, no torch).
+    Every layer counts as full attention (an upper bound for sliding-window models); tensor parallelism
+    (a power of two up to 8 dividing the attention heads) splits the weights and the KV heads evenly.
+    """
+    try:
+        checkpoint = load_checkpoint(model)
+        shape = sizing.model_shape(checkpoint.config)
+        weights_from, stored_bytes = weights_source(checkpoint)
+        tensors = checkpoint.safetensors
+        parameters = tensors.parameters if tensors is not None else sizing.estimate_parameters(shape)
+        result = sizing.plan(
+            shape,
+            parameters=parameters,
+            context=context,
+            concurrency=concurrency,
+            gpu_memory_bytes=gpu_memory,
+            dtype=dtype.value,
+            kv_dtype=kv_dtype.value,
+            memory_fraction=memory_fraction,
+            weight_bytes=stored_bytes,
+        )
+    except CheckpointError as exc:
+        raise fail(str(exc), ExitCode.USAGE) from None
+    except sizing.SizingError as exc:
+        raise fail(f"{model}: {exc}", ExitCode.USAGE) from None
+    data = render.plan_data(result, shape, str(model), weights_from)
+    if output is not Output.TABLE:
+        emit(data, output)
+        return
+    render.plan_view(render.stdout(), data)
 
 
 @app.command()
