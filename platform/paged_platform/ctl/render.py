@@ -415,7 +415,7 @@ def plan_view(console: Console, data: dict[str, Any]) -> None:
         f"2 × {model['layers']} layers × {model['kvHeads']} KV heads × {model['headDim']} head dim × {per_elem} B",
     )
     table.add_row("KV per request", gib_gb(data["kvBytesPerRequest"]), f"× {data['context']:,} tokens of context")
-    table.add_row("Parameters", f"{data['model']['parameters'] / 1e9:.2f} B", escape(model["weightsFrom"]))
+    table.add_row("Parameters", f"{data['model']['parameters'] / 1e9:.2f} billion", escape(model["weightsFrom"]))
     table.add_row("Weights", gib_gb(data["weightBytes"]), f"in {data['dtype']}")
     table.add_row(
         "Usable per GPU",
