@@ -3,7 +3,9 @@
 One token's KV cache is a key and a value vector per KV head in every layer: ``2 × layers × KV heads × head dim ×
 bytes per element``. Every layer is counted as full attention (the engine's block pool gives back blocks that leave
 a sliding window, so for such models the figure is an upper bound). Tensor parallelism splits the KV heads (each
-rank keeps at least one) and the weights across the GPUs of one replica.
+rank keeps at least one) and the weights across the GPUs of one replica. The KV cache gets a fraction of what the
+weights leave free on each GPU, as the engine sizes it; the tensor-parallel size chosen is the one that serves the
+load with the fewest GPUs (the smallest one that fits can need many more: few requests fit beside large weights).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ DTYPES = ("auto", *DTYPE_BYTES)
 GPU_AUTO_DTYPE = "bfloat16"
 #: Tensor-parallel sizes tried, smallest first: powers of two up to one 8-GPU node.
 TP_SIZES = (1, 2, 4, 8)
-#: Share of a GPU's memory for weights and KV cache; the rest is left to activations, CUDA graphs and the runtime.
+#: Share of a GPU's free memory, once the weights are loaded, that the engine gives its KV cache when
+#: ``kvCacheMemory`` is unset (the rest: activations, CUDA graphs, the runtime). The engine contract's
+#: ``engine_contract.memory.DEFAULT_GPU_FRACTION`` (on main since this was written) should replace this copy.
 DEFAULT_MEMORY_FRACTION = 0.9
 
 _KV_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads")
@@ -140,13 +144,24 @@ def estimate_parameters(shape: ModelShape) -> int:
 
 @dataclass(frozen=True)
 class TensorParallelFit:
-    """One tensor-parallel size tried: what each GPU holds and how many requests of the context fit."""
+    """One tensor-parallel size tried: what each GPU holds, how many requests of the context fit one replica, and
+    the replicas and GPUs the load needs at this size."""
 
     tp: int
     weight_bytes_per_gpu: int
+    free_bytes_per_gpu: int  # after the weights (negative: the weights do not fit)
+    kv_budget_bytes_per_gpu: int  # the memory fraction of what is free, as the engine sizes its cache
     kv_bytes_per_request_per_gpu: int
-    free_bytes_per_gpu: int  # after the weights, within the usable share (negative: the weights do not fit)
     requests: int
+    concurrency: int
+
+    @property
+    def replicas(self) -> int | None:
+        return math.ceil(self.concurrency / self.requests) if self.requests else None
+
+    @property
+    def gpus(self) -> int | None:
+        return None if self.replicas is None else self.tp * self.replicas
 
 
 @dataclass(frozen=True)
@@ -168,23 +183,11 @@ class Plan:
         return self.kv_bytes_per_token * self.context
 
     @property
-    def usable_bytes_per_gpu(self) -> int:
-        return int(self.gpu_memory_bytes * self.memory_fraction)
-
-    @property
     def chosen(self) -> TensorParallelFit | None:
-        """The smallest tensor-parallel size that holds the weights and at least one request; None if none does."""
-        return next((t for t in self.tried if t.requests >= 1), None)
-
-    @property
-    def replicas(self) -> int | None:
-        chosen = self.chosen
-        return None if chosen is None else math.ceil(self.concurrency / chosen.requests)
-
-    @property
-    def gpus(self) -> int | None:
-        chosen, replicas = self.chosen, self.replicas
-        return None if chosen is None or replicas is None else chosen.tp * replicas
+        """The size that serves the load with the fewest GPUs (the smaller size on a tie: finer scaling steps);
+        None when no size holds the weights and one request."""
+        fits = [t for t in self.tried if t.gpus is not None]
+        return min(fits, key=lambda t: (t.gpus, t.tp)) if fits else None
 
 
 def resolve_dtype(dtype: str, weights: str | None = None) -> str:
@@ -209,8 +212,9 @@ def plan(
     memory_fraction: float = DEFAULT_MEMORY_FRACTION,
     weight_bytes: int | None = None,
 ) -> Plan:
-    """Size a deployment: the smallest tensor-parallel size (a power of two dividing the attention heads, up to 8)
-    whose GPUs hold the weights plus one request of ``context`` tokens, and the replicas ``concurrency`` needs.
+    """Size a deployment at each tensor-parallel size (a power of two dividing the attention heads, up to 8): the
+    weights per GPU, the KV cache the engine sizes from what is left (``memory_fraction`` of it), the requests of
+    ``context`` tokens that fit, and the replicas and GPUs ``concurrency`` requests need.
 
     ``weight_bytes`` overrides ``parameters × bytes per element`` (a checkpoint of quantized tensors)."""
     for name, value in (("context", context), ("concurrency", concurrency), ("gpu memory", gpu_memory_bytes)):
@@ -221,17 +225,15 @@ def plan(
     weights_dtype = resolve_dtype(dtype)
     cache_dtype = resolve_dtype(kv_dtype, weights_dtype)
     weights = weight_bytes if weight_bytes is not None else parameters * DTYPE_BYTES[weights_dtype]
-    usable = int(gpu_memory_bytes * memory_fraction)
     tried = []
     for tp in TP_SIZES:
         if shape.heads % tp:
             continue
         per_gpu = math.ceil(weights / tp)
+        free = gpu_memory_bytes - per_gpu
+        budget = int(max(0, free) * memory_fraction)
         kv_request = kv_bytes_per_token(shape, DTYPE_BYTES[cache_dtype], tp) * context
-        free = usable - per_gpu
-        tried.append(TensorParallelFit(tp, per_gpu, kv_request, free, max(0, free) // kv_request))
-        if tried[-1].requests >= 1:
-            break
+        tried.append(TensorParallelFit(tp, per_gpu, free, budget, kv_request, budget // kv_request, concurrency))
     return Plan(
         dtype=weights_dtype,
         kv_dtype=cache_dtype,
@@ -251,17 +253,17 @@ def explain_misfit(plan: Plan) -> str:
     """Why no tensor-parallel size of one 8-GPU node holds the model, and what would help."""
     last = plan.tried[-1]
     gib = 2**30
-    usable = plan.usable_bytes_per_gpu / gib
     help_ = "GPUs with more memory, a smaller dtype, or pipeline parallelism across nodes (spec.parallelism)"
     if last.free_bytes_per_gpu <= 0:
         why = (
             f"the weights alone take {last.weight_bytes_per_gpu / gib:.1f} GiB per GPU at tensor parallel {last.tp},"
-            f" more than the {usable:.1f} GiB usable"
+            f" more than the GPU's {plan.gpu_memory_bytes / gib:.1f} GiB"
         )
     else:
         why = (
-            f"at tensor parallel {last.tp}, {last.free_bytes_per_gpu / gib:.1f} GiB per GPU is left after the weights,"
-            f" but one request of {plan.context} tokens needs {last.kv_bytes_per_request_per_gpu / gib:.1f} GiB"
+            f"at tensor parallel {last.tp}, the KV cache gets {last.kv_budget_bytes_per_gpu / gib:.1f} GiB per GPU"
+            f" ({plan.memory_fraction:g} of the {last.free_bytes_per_gpu / gib:.1f} GiB the weights leave), but one"
+            f" request of {plan.context} tokens needs {last.kv_bytes_per_request_per_gpu / gib:.1f} GiB"
         )
         help_ = f"a shorter --context, {help_}"
     if last.tp < TP_SIZES[-1]:

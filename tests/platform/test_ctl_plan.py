@@ -86,20 +86,32 @@ def test_a_tiny_config_by_hand() -> None:
     untied = sizing.model_shape({**TINY, "tie_word_embeddings": False})
     assert sizing.estimate_parameters(untied) == 80_448 + 100 * 64
 
-    # float32 weights 80,448 × 4 = 321,792 B; usable 0.5 × 1 MiB = 524,288 B leaves 202,496 B;
-    # a request of 100 tokens is 51,200 B, so 3 fit; 10 concurrent requests need ⌈10/3⌉ = 4 replicas.
-    plan = sizing.plan(shape, parameters=80_448, context=100, concurrency=10, gpu_memory_bytes=2**20,
-                       dtype="float32", memory_fraction=0.5)  # fmt: skip
-    assert (plan.weight_bytes, plan.kv_bytes_per_request, plan.usable_bytes_per_gpu) == (321_792, 51_200, 524_288)
-    assert plan.chosen is not None and (plan.chosen.tp, plan.chosen.requests) == (1, 3)
-    assert (plan.replicas, plan.gpus) == (4, 4)
+    # float32 weights: 80,448 × 4 = 321,792 B. The KV cache gets half of what they leave free (--memory-fraction
+    # 0.5); a request of 100 tokens is 51,200 B on one GPU, 25,600 B per GPU split two or four ways (one KV head).
+    def sized(gpu_memory: int) -> sizing.Plan:
+        return sizing.plan(shape, parameters=80_448, context=100, concurrency=10, gpu_memory_bytes=gpu_memory,
+                           dtype="float32", memory_fraction=0.5)  # fmt: skip
 
-    # Half the memory: one GPU cannot hold the weights (262,144 < 321,792); two hold 160,896 B each, leaving
-    # 101,248 B, and a request takes 25,600 B per GPU (one KV head each): 3 requests.
-    split = sizing.plan(shape, parameters=80_448, context=100, concurrency=10, gpu_memory_bytes=2**19,
-                        dtype="float32", memory_fraction=0.5)  # fmt: skip
-    assert [(t.tp, t.requests) for t in split.tried] == [(1, 0), (2, 3)]
-    assert (split.replicas, split.gpus) == (4, 8)
+    def tried(plan: sizing.Plan) -> list[tuple[int | None, ...]]:
+        return [(t.tp, t.kv_budget_bytes_per_gpu, t.requests, t.replicas, t.gpus) for t in plan.tried]
+
+    # 1 MiB: (1,048,576 − 321,792) / 2 = 363,392 B hold 7 requests, 2 replicas; TP 2: (1,048,576 − 160,896) / 2 =
+    # 443,840 B hold 17, one replica of 2 GPUs; TP 4: 484,064 B hold 18, 4 GPUs. A tie at 2 GPUs: the smaller TP.
+    one = sized(2**20)
+    assert (one.weight_bytes, one.kv_bytes_per_request) == (321_792, 51_200)
+    assert tried(one) == [(1, 363_392, 7, 2, 2), (2, 443_840, 17, 1, 2), (4, 484_064, 18, 1, 4)]
+    assert one.chosen is not None and one.chosen.tp == 1
+
+    # 512 KiB: one GPU holds a single request (10 GPUs for the load) where TP 2 holds 7 (2 replicas, 4 GPUs):
+    # the fewest GPUs, not the smallest size that fits.
+    two = sized(2**19)
+    assert tried(two) == [(1, 101_248, 1, 10, 10), (2, 181_696, 7, 2, 4), (4, 221_920, 8, 2, 8)]
+    assert two.chosen is not None and two.chosen.tp == 2
+
+    # 300,000 B: one GPU cannot hold the weights at all.
+    split = sized(300_000)
+    assert tried(split) == [(1, 0, 0, None, None), (2, 69_552, 2, 5, 10), (4, 109_776, 4, 3, 12)]
+    assert split.chosen is not None and split.chosen.tp == 2
 
     # bfloat16 halves both the weights and the KV cache (the KV cache follows the weights' dtype unless told).
     half = sizing.plan(shape, parameters=80_448, context=100, concurrency=1, gpu_memory_bytes=2**20)
@@ -178,13 +190,15 @@ def test_the_table_shows_the_arithmetic_and_json_and_yaml_carry_it(tmp_path: Pat
     table = invoke(*args)
     assert table.exit_code == 0, table.output
     for shown in ("327,680 B", "2 × 80 layers × 8 KV heads × 128 head dim × 2 B", "estimated from config.json",
-                  "135.4 GiB (145.4 GB)", "⌈64 concurrent / 15⌉"):  # fmt: skip
+                  "135.4 GiB (145.4 GB)", "⌈64 concurrent / 16⌉"):  # fmt: skip
         assert shown in table.stdout, shown
     data = json.loads(invoke(*args, "-o", "json").stdout)
     assert (data["kvBytesPerToken"], data["kvBytesPerRequest"]) == (327_680, 10 * 2**30)
-    # 72 GiB usable per GPU: at TP 2, 4.3 GiB is left and a request takes 5 GiB; at TP 4, 38.1 GiB holds 15 of 2.5.
-    assert [(t["tensorParallel"], t["requests"]) for t in data["tried"]] == [(1, 0), (2, 0), (4, 15)]
-    assert (data["tensorParallel"], data["replicas"], data["gpus"], data["fits"]) == (4, 5, 20, True)
+    # The KV cache gets 0.9 of what the weights leave: at TP 2, 11.1 GiB for 2 requests of 5 GiB (64 GPUs for the
+    # load); at TP 4, 41.5 GiB for 16 of 2.5 GiB (16 GPUs); TP 8 also needs 16 GPUs (45 requests, 2 replicas).
+    got = [(t["tensorParallel"], t["requests"], t["gpus"]) for t in data["tried"]]
+    assert got == [(1, 0, None), (2, 2, 64), (4, 16, 16), (8, 45, 16)]
+    assert (data["tensorParallel"], data["replicas"], data["gpus"], data["fits"]) == (4, 4, 16, True)
     assert yaml.safe_load(invoke(*args, "-o", "yaml").stdout) == data
 
 

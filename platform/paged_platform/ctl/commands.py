@@ -445,7 +445,8 @@ def plan(
             "--memory-fraction",
             min=0.01,
             max=1.0,
-            help="Share of each GPU for weights and KV cache (the rest: activations, CUDA graphs, the runtime).",
+            help="Share of each GPU's memory left free by the weights that the KV cache gets, as the engine"
+            " sizes it when kvCacheMemory is unset (the rest: activations, CUDA graphs, the runtime).",
         ),
     ] = sizing.DEFAULT_MEMORY_FRACTION,
     output: OutputOpt = Output.TABLE,
@@ -455,7 +456,8 @@ def plan(
 
     Reads only the checkpoint's config.json and safetensors headers (no network, no torch).
     Every layer counts as full attention (an upper bound for sliding-window models); tensor parallelism
-    (a power of two up to 8 dividing the attention heads) splits the weights and the KV heads evenly.
+    (a power of two up to 8 dividing the attention heads) splits the weights and the KV heads evenly,
+    and the size chosen is the one that serves the load with the fewest GPUs.
     """
     try:
         checkpoint = load_checkpoint(model)

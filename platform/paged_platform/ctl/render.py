@@ -377,22 +377,24 @@ def plan_data(plan: Plan, shape: ModelShape, source: str, weights_from: str) -> 
         "weightBytes": plan.weight_bytes,
         "gpuMemoryBytes": plan.gpu_memory_bytes,
         "memoryFraction": plan.memory_fraction,
-        "usableBytesPerGpu": plan.usable_bytes_per_gpu,
         "tried": [
             {
                 "tensorParallel": t.tp,
                 "weightBytesPerGpu": t.weight_bytes_per_gpu,
                 "freeBytesPerGpu": t.free_bytes_per_gpu,
+                "kvCacheBytesPerGpu": t.kv_budget_bytes_per_gpu,
                 "kvBytesPerRequestPerGpu": t.kv_bytes_per_request_per_gpu,
                 "requests": t.requests,
+                "replicas": t.replicas,
+                "gpus": t.gpus,
             }
             for t in plan.tried
         ],
         "fits": chosen is not None,
         "tensorParallel": chosen.tp if chosen else None,
         "requestsPerReplica": chosen.requests if chosen else None,
-        "replicas": plan.replicas,
-        "gpus": plan.gpus,
+        "replicas": chosen.replicas if chosen else None,
+        "gpus": chosen.gpus if chosen else None,
         "explanation": None if chosen else explain_misfit(plan),
         "notes": notes,
     }
@@ -417,20 +419,19 @@ def plan_view(console: Console, data: dict[str, Any]) -> None:
     table.add_row("KV per request", gib_gb(data["kvBytesPerRequest"]), f"× {data['context']:,} tokens of context")
     table.add_row("Parameters", f"{data['model']['parameters'] / 1e9:.2f} billion", escape(model["weightsFrom"]))
     table.add_row("Weights", gib_gb(data["weightBytes"]), f"in {data['dtype']}")
-    table.add_row(
-        "Usable per GPU",
-        gib(data["usableBytesPerGpu"]),
-        f"{data['memoryFraction']:g} × {gib(data['gpuMemoryBytes'])} (the rest: activations, runtime)",
-    )
     if data["fits"]:
         (fit,) = [t for t in data["tried"] if t["tensorParallel"] == data["tensorParallel"]]
+        table.add_row("Tensor parallel", str(data["tensorParallel"]), "the size that needs the fewest GPUs (below)")
         table.add_row(
-            "Tensor parallel", str(data["tensorParallel"]), "smallest whose GPUs hold the weights + a request"
+            "KV cache per GPU",
+            gib(fit["kvCacheBytesPerGpu"]),
+            f"{data['memoryFraction']:g} × ({gib(data['gpuMemoryBytes'])} − {gib(fit['weightBytesPerGpu'])} weights)"
+            " (the rest: activations, runtime)",
         )
         table.add_row(
             "Requests per replica",
             str(data["requestsPerReplica"]),
-            f"{gib(fit['freeBytesPerGpu'])} left per GPU / {gib(fit['kvBytesPerRequestPerGpu'])} per request per GPU",
+            f"{gib(fit['kvCacheBytesPerGpu'])} / {gib(fit['kvBytesPerRequestPerGpu'])} per request per GPU",
         )
         table.add_row(
             "Replicas", str(data["replicas"]), f"⌈{data['concurrency']} concurrent / {data['requestsPerReplica']}⌉"
@@ -438,17 +439,20 @@ def plan_view(console: Console, data: dict[str, Any]) -> None:
         table.add_row("GPUs", str(data["gpus"]), f"{data['tensorParallel']} per replica × {data['replicas']}")
     console.print(table)
     tried = Table(box=box.SIMPLE, pad_edge=False, title="Tensor-parallel sizes tried", title_justify="left")
-    for column in ("TP", "WEIGHTS/GPU", "LEFT/GPU", "KV/REQUEST/GPU", "REQUESTS"):
+    for column in ("TP", "WEIGHTS/GPU", "KV CACHE/GPU", "KV/REQUEST/GPU", "REQUESTS", "REPLICAS", "GPUS"):
         tried.add_column(column, no_wrap=True)
     for t in data["tried"]:
-        left = t["freeBytesPerGpu"]
-        tried.add_row(
+        cells = [
             str(t["tensorParallel"]),
             gib(t["weightBytesPerGpu"]),
-            gib(left) if left > 0 else "[red]none[/red]",
+            gib(t["kvCacheBytesPerGpu"]) if t["freeBytesPerGpu"] > 0 else "[red]no room[/red]",
             gib(t["kvBytesPerRequestPerGpu"]),
             str(t["requests"]),
-        )
+            dash(t["replicas"]),
+            dash(t["gpus"]),
+        ]
+        chosen = t["tensorParallel"] == data["tensorParallel"]
+        tried.add_row(*(f"[bold]{c}[/bold]" if chosen else c for c in cells))
     console.print(tried)
     if data["explanation"]:
         console.print(f"[red]Does not fit.[/red] {escape(data['explanation'])}")
