@@ -121,7 +121,7 @@ def test_a_tiny_config_by_hand() -> None:
                        kv_dtype="float32").kv_bytes_per_token == 512  # fmt: skip
 
 
-def test_mixtral_experts_and_gemma3_text_config() -> None:
+def test_mixtral_experts_and_gemma3_text_config(tmp_path: Path) -> None:
     mixtral = {
         "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
         "num_hidden_layers": 32, "vocab_size": 32000, "num_local_experts": 8, "tie_word_embeddings": False,
@@ -138,6 +138,11 @@ def test_mixtral_experts_and_gemma3_text_config() -> None:
     shape = sizing.model_shape(gemma3)
     assert (shape.layers, shape.kv_heads, shape.head_dim, shape.sliding_window) == (34, 4, 256, 1024)
     assert sizing.kv_bytes_per_token(shape, 2) == 2 * 34 * 4 * 256 * 2
+    folder = write_config(tmp_path / "gemma3", gemma3)
+    data = json.loads(invoke(str(folder), "--context", "4096", "--concurrency", "1", "-o", "json").stdout)
+    assert data["kvBytesPerToken"] == 2 * 34 * 4 * 256 * 2
+    assert any("sliding window of 1024" in n for n in data["notes"])
+    assert any("not the vision tower" in n for n in data["notes"])
     no_gqa = {k: v for k, v in TINY.items() if k != "num_key_value_heads"}
     assert sizing.model_shape(no_gqa).kv_heads == 4
 

@@ -355,6 +355,11 @@ def plan_data(plan: Plan, shape: ModelShape, source: str, weights_from: str) -> 
             f"The config has a sliding window of {window} tokens: layers that use it hold at most that many, so the"
             " engine needs less KV cache than this full-attention figure."
         )
+    if "vision_config" in shape.config and weights_from.startswith("estimated"):
+        notes.append(
+            "The estimate counts the language model only, not the vision tower: point at the model folder to count"
+            " every tensor of its *.safetensors files."
+        )
     longest = shape.max_position_embeddings
     if longest is not None and plan.context > longest:
         notes.append(f"--context {plan.context} exceeds the model's max_position_embeddings ({longest}).")
