@@ -33,6 +33,7 @@ from paged_operator.clients.kube import ApiError, KubeApi, NotLeading, object_pa
 from paged_operator.control_loop import ControlLoop
 from paged_operator.render import children
 from paged_operator.render import router as router_children
+from paged_operator.render.all_children import all_children
 from paged_operator.replica_count import desired_replicas, owns_replicas, recorded_count, scaled_externally
 from paged_operator.shared import Shared
 from paged_operator.status import api_outage
@@ -142,14 +143,17 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
     """Apply every child (idempotent), set the wanted replica count and write the status known without metrics."""
     meta = body["metadata"]
     uid, namespace = meta["uid"], meta["namespace"]
-    await kube.create_if_absent(children.admin_secret(md, uid, admin_token.derive(token_key, uid)))
     current_cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
     budgets = children.config_map_budgets(md, current_cm)
-    await kube.apply(children.config_map(md, uid, budgets))
-    await kube.apply(children.service(md, uid))
-    await kube.apply(children.pod_disruption_budget(md, uid))
-    deployment = await kube.apply(children.deployment(md, uid))
-    await apply_router(kube, md, uid)
+    built = all_children(
+        md, uid, admin_token=admin_token.derive(token_key, uid), budgets=budgets, router_cluster_role=_router_role()
+    )
+    await kube.create_if_absent(built.admin_secret)
+    await kube.apply(built.config_map)
+    await kube.apply(built.service)
+    await kube.apply(built.pod_disruption_budget)
+    deployment = await kube.apply(built.deployment)
+    await apply_router(kube, md, built.router)
     owned, recorded = owns_replicas(deployment), recorded_count(body)
     if not scaled_externally(md, deployment):
         # A compare-and-swap from the live count: a scaling decision the control loop made since is kept.
@@ -194,13 +198,17 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
     operator_metrics.observe_fleet(namespace, md.metadata.name, md.spec, desired, written.ready_replicas)
 
 
-async def apply_router(kube: KubeApi, md: ModelDeployment, uid: str) -> None:
-    """The router's children while ``spec.router.enabled``; once disabled, deleted (looked up first, so a
-    ModelDeployment that never had a router costs one GET)."""
+def _router_role() -> str:
+    """The chart's router ClusterRole, which the router's RoleBinding refers to."""
+    return os.environ.get(router_children.CLUSTER_ROLE_ENV, router_children.DEFAULT_CLUSTER_ROLE)
+
+
+async def apply_router(kube: KubeApi, md: ModelDeployment, router: list[dict[str, Any]]) -> None:
+    """The router's children (``all_children``) while ``spec.router.enabled``; once disabled, deleted (looked up
+    first, so a ModelDeployment that never had a router costs one GET)."""
     namespace, name = md.metadata.namespace or "", children.router_name(md)
     if md.spec.router.enabled:
-        role = os.environ.get(router_children.CLUSTER_ROLE_ENV, router_children.DEFAULT_CLUSTER_ROLE)
-        for obj in router_children.router_children(md, uid, role):
+        for obj in router:
             await kube.apply(obj)
     elif await kube.get_optional(object_path("Deployment", namespace, name)) is not None:
         for kind in reversed(router_children.ROUTER_KINDS):

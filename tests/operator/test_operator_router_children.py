@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from paged_operator.render import children
 from paged_operator.render import router as router_children
+from paged_operator.render.all_children import all_children
 from paged_platform.api import ModelDeployment
+from paged_platform.engine_contract.budgets import Budgets
 from paged_platform.router.cli import parse_options
 from paged_platform.router.policies import POLICY_NAMES
 from pydantic import ValidationError
@@ -76,3 +78,20 @@ def test_the_binding_grants_the_charts_router_role_to_the_routers_account_in_its
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                   "name": "release-paged-router"}  # fmt: skip
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gemma-router", "namespace": "team-a"}]
+
+
+def test_all_children_holds_the_routers_objects_only_while_it_is_enabled() -> None:
+    on, token, budgets = md(), "t" * 32, Budgets(8, 512)
+    built = all_children(on, UID, admin_token=token, budgets=budgets, router_cluster_role=ROLE)
+    assert built.in_apply_order() == [
+        children.admin_secret(on, UID, token),
+        children.config_map(on, UID, budgets),
+        children.service(on, UID),
+        children.pod_disruption_budget(on, UID),
+        children.deployment(on, UID),
+        *router_children.router_children(on, UID, ROLE),
+    ]
+    off = ModelDeployment.model_validate({"metadata": {"name": "gemma", "namespace": "team-a"}, "spec": {}})
+    engines_only = all_children(off, UID, admin_token=token, budgets=budgets, router_cluster_role=ROLE)
+    kinds = [c["kind"] for c in engines_only.in_apply_order()]
+    assert kinds == ["Secret", "ConfigMap", "Service", "PodDisruptionBudget", "Deployment"]

@@ -18,11 +18,13 @@ import typer
 from pydantic import ValidationError
 from rich.markup import escape
 
-from paged_platform.api import ModelDeployment
+from paged_platform import sizing
+from paged_platform.api import ModelDeployment, parse_quantity
 from paged_platform.api.spec import ReplicasSpec, SchedulerBudget
+from paged_platform.checkpoint_meta import Checkpoint, CheckpointError, load_checkpoint
 from paged_platform.crd import crd_yaml
-from paged_platform.ctl import render
-from paged_platform.ctl.render import Output
+from paged_platform.ctl import render, template
+from paged_platform.ctl.render import ManifestOutput, Output
 from paged_platform.kube import ExitCode, Kube, KubeError, KubeTarget, connect
 from paged_platform.manifests import ManifestError, ManifestValidationError, field_errors, load_model_deployments
 from paged_platform.podmetrics import PodMetrics, parse_pod_metrics
@@ -97,21 +99,9 @@ def emit(data: Any, output: Output) -> None:
     typer.echo(render.dump(data, output), nl=False)
 
 
-@app.command()
-@run
-async def apply(
-    filename: Annotated[str, typer.Option("--filename", "-f", help="YAML file with ModelDeployments ('-' for stdin).")],
-    dry_run: Annotated[
-        DryRun,
-        typer.Option(
-            "--dry-run", help="client: validate only, no cluster; server: the server validates, stores nothing."
-        ),
-    ] = DryRun.NONE,
-    namespace: NamespaceOpt = None,
-    context: ContextOpt = None,
-    kubeconfig: KubeconfigOpt = None,
-) -> None:
-    """Validate ModelDeployments against the schema, then server-side apply them (field manager paged-ctl)."""
+def read_model_deployments(filename: str, namespace: str | None) -> list[tuple[dict[str, Any], ModelDeployment]]:
+    """The ModelDeployments of a file ('-': stdin), validated, each as written and as parsed; refused when one
+    names a namespace other than ``-n``."""
     if filename == "-":
         text, source = sys.stdin.read(), "<stdin>"
     else:
@@ -128,6 +118,25 @@ async def apply(
             raise UsageError(
                 f"{md.metadata.name}: the namespace in the file ({md.metadata.namespace}) does not match -n {namespace}"
             )
+    return docs
+
+
+@app.command()
+@run
+async def apply(
+    filename: Annotated[str, typer.Option("--filename", "-f", help="YAML file with ModelDeployments ('-' for stdin).")],
+    dry_run: Annotated[
+        DryRun,
+        typer.Option(
+            "--dry-run", help="client: validate only, no cluster; server: the server validates, stores nothing."
+        ),
+    ] = DryRun.NONE,
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Validate ModelDeployments against the schema, then server-side apply them (field manager paged-ctl)."""
+    docs = read_model_deployments(filename, namespace)
     console = render.stdout()
     if dry_run is DryRun.CLIENT:
         for _, md in docs:
@@ -139,6 +148,44 @@ async def apply(
             suffix = " (server dry run)" if dry_run is DryRun.SERVER else ""
             ns = md.metadata.namespace or kube.namespace
             console.print(f"modeldeployment.paged.dev/{md.metadata.name} applied in namespace {ns}{suffix}")
+
+
+@app.command("render")
+@run
+async def render_children(
+    filename: Annotated[str, typer.Argument(metavar="FILE", help="YAML file with ModelDeployments ('-' for stdin).")],
+    output: Annotated[ManifestOutput, typer.Option("--output", "-o", help="Output format.")] = ManifestOutput.YAML,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Namespace of documents that name none (default: default).")
+    ] = None,
+    router_cluster_role: Annotated[
+        str | None,
+        typer.Option(
+            "--router-cluster-role", help="ClusterRole the router's RoleBinding names (default: the chart's)."
+        ),
+    ] = None,
+) -> None:
+    """Print the objects the operator would create for each ModelDeployment in FILE (no cluster, like helm template).
+
+    Built by the operator's own code, in the order it applies them; the budgets are those a new object starts with.
+    Placeholders stand for what only a cluster gives: the owner uid (<assigned-by-the-api-server>)
+    and the admin token in the Secret (the operator derives it from its key and the uid).
+    The engine Deployment has no spec.replicas: the operator sets the count apart (replicas.min at first).
+    """
+    docs = read_model_deployments(filename, namespace)
+    objects: list[dict[str, Any]] = []
+    try:
+        for _, md in docs:
+            objects += template.operator_children(
+                template.with_namespace(md, namespace or "default"), router_cluster_role
+            )
+    except template.OperatorMissing as exc:
+        raise KubeError(str(exc)) from None
+    typer.echo(render.dump_manifests(objects, output), nl=False)
+    render.stderr().print(
+        f"note: the owner uid ({template.UID_PLACEHOLDER}) and the admin token are placeholders (see --help)",
+        markup=False,
+    )
 
 
 async def _get(kube: Kube, name: str | None, all_namespaces: bool, output: Output) -> None:
@@ -339,6 +386,105 @@ async def explain(
         emit(data, output)
         return
     render.explain(render.stdout(), data)
+
+
+class Dtype(StrEnum):
+    AUTO = "auto"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+
+
+def gpu_memory_bytes(value: str) -> int:
+    """``--gpu-memory`` as bytes: a Kubernetes quantity, as ``spec.resources`` takes sizes."""
+    try:
+        size = int(parse_quantity(value))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if size < 1:
+        raise typer.BadParameter(f"{value!r} is not a positive size")
+    return size
+
+
+def weights_source(checkpoint: Checkpoint) -> tuple[str, int | None]:
+    """Where the weight size comes from, and the stored size when it is used as is (quantized tensors)."""
+    tensors = checkpoint.safetensors
+    if tensors is None:
+        return f"estimated from {checkpoint.config_path.name}", None
+    files = f"{tensors.files} safetensors file{'s' if tensors.files > 1 else ''}"
+    if tensors.quantized:
+        return f"stored size of {files} (quantized tensors: not converted to --dtype)", tensors.data_bytes
+    return f"counted from the headers of {files}", None
+
+
+@app.command()
+def plan(
+    model: Annotated[
+        Path,
+        typer.Argument(
+            metavar="MODEL_OR_CONFIG",
+            help="A Hugging Face config.json, or a model folder holding one (its *.safetensors headers, if any,"
+            " give the real parameter count).",
+        ),
+    ],
+    context: Annotated[int, typer.Option("--context", min=1, help="Tokens per request: prompt plus output.")],
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="Requests to serve at once.")],
+    gpu_memory: Annotated[
+        int,
+        typer.Option(
+            "--gpu-memory", metavar="QUANTITY", parser=gpu_memory_bytes, help="Memory of one GPU (80Gi, 141Gi, ...)."
+        ),
+    ] = "80Gi",  # type: ignore[assignment]  # parsed by gpu_memory_bytes
+    dtype: Annotated[Dtype, typer.Option("--dtype", help="Weights' dtype; auto: the engine's on a GPU.")] = Dtype.AUTO,
+    kv_dtype: Annotated[
+        Dtype, typer.Option("--kv-dtype", help="KV cache's dtype; auto: the weights' (as the engine keeps it).")
+    ] = Dtype.AUTO,
+    memory_fraction: Annotated[
+        float,
+        typer.Option(
+            "--memory-fraction",
+            min=0.01,
+            max=1.0,
+            help="Share of each GPU's memory left free by the weights that the KV cache gets, as the engine"
+            " sizes it when kvCacheMemory is unset (the rest: activations, CUDA graphs, the runtime).",
+        ),
+    ] = sizing.DEFAULT_MEMORY_FRACTION,
+    output: OutputOpt = Output.TABLE,
+) -> None:
+    """The KV-cache arithmetic that sizes a deployment: bytes per token and per request, the weights, requests per
+    GPU, and the tensor-parallel size and replicas a load of --concurrency requests of --context tokens needs.
+
+    Reads only the checkpoint's config.json and safetensors headers (no network, no torch).
+    Every layer counts as full attention (an upper bound for sliding-window models); tensor parallelism
+    (a power of two up to 8 dividing the attention heads) splits the weights and the KV heads evenly,
+    and the size chosen is the one that serves the load with the fewest GPUs.
+    """
+    try:
+        checkpoint = load_checkpoint(model)
+        shape = sizing.model_shape(checkpoint.config)
+        weights_from, stored_bytes = weights_source(checkpoint)
+        tensors = checkpoint.safetensors
+        parameters = tensors.parameters if tensors is not None else sizing.estimate_parameters(shape)
+        result = sizing.plan(
+            shape,
+            parameters=parameters,
+            context=context,
+            concurrency=concurrency,
+            gpu_memory_bytes=gpu_memory,
+            dtype=dtype.value,
+            kv_dtype=kv_dtype.value,
+            memory_fraction=memory_fraction,
+            weight_bytes=stored_bytes,
+        )
+    except CheckpointError as exc:
+        raise fail(str(exc), ExitCode.USAGE) from None
+    except sizing.SizingError as exc:
+        raise fail(f"{model}: {exc}", ExitCode.USAGE) from None
+    data = render.plan_data(result, shape, str(model), weights_from)
+    if output is not Output.TABLE:
+        emit(data, output)
+        return
+    render.plan_view(render.stdout(), data)
 
 
 @app.command()

@@ -17,10 +17,18 @@ from rich.table import Table
 from paged_platform.api import AutoscalingTargets, ConditionType, ModelDeployment
 from paged_platform.api.status import Decision
 from paged_platform.podmetrics import PodMetrics
+from paged_platform.sizing import DTYPE_BYTES, ModelShape, Plan, explain_misfit
 
 
 class Output(StrEnum):
     TABLE = "table"
+    YAML = "yaml"
+    JSON = "json"
+
+
+class ManifestOutput(StrEnum):
+    """Formats of Kubernetes objects meant to be applied (no table: every field matters)."""
+
     YAML = "yaml"
     JSON = "json"
 
@@ -47,6 +55,26 @@ def dump(data: Any, output: Output) -> str:
 
 def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": [clean(i) for i in items]}
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    """Multi-line strings (scripts, the ConfigMap's JSON) as literal blocks, readable as they will run."""
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_ManifestDumper.add_representer(str, _str)
+
+
+def dump_manifests(objects: list[dict[str, Any]], output: ManifestOutput) -> str:
+    """Objects as ``kubectl apply -f`` reads them: YAML documents each opened by ``---``, or one JSON ``List``."""
+    if output is ManifestOutput.JSON:
+        return json.dumps(as_list(objects), indent=2) + "\n"
+    return yaml.dump_all(
+        objects, Dumper=_ManifestDumper, sort_keys=False, default_flow_style=False, explicit_start=True
+    )
 
 
 def age(created: str | None, now: datetime | None = None) -> str:
@@ -305,3 +333,133 @@ def explain(console: Console, data: dict[str, Any]) -> None:
     if data["scalingLimited"]:
         limited = data["scalingLimited"]
         console.print(f"[yellow]Scaling limited[/yellow] ({limited['reason']}): {escape(limited['message'])}")
+
+
+def gib(size: float) -> str:
+    return f"{size / 2**30:.1f} GiB"
+
+
+def gib_gb(size: float) -> str:
+    """A size in GiB (how GPUs and quantities are given) and GB (how model sizes are published)."""
+    return f"{gib(size)} ({size / 1e9:.1f} GB)"
+
+
+def plan_data(plan: Plan, shape: ModelShape, source: str, weights_from: str) -> dict[str, Any]:
+    """Everything ``paged-ctl plan`` found, for ``-o json/yaml`` and for the table; ``notes`` say where the
+    arithmetic is only an upper bound or the context exceeds what the model was trained for."""
+    chosen = plan.chosen
+    notes = []
+    window = shape.sliding_window
+    if window is not None and window < plan.context:
+        notes.append(
+            f"The config has a sliding window of {window} tokens: layers that use it hold at most that many, so the"
+            " engine needs less KV cache than this full-attention figure."
+        )
+    if "vision_config" in shape.config and weights_from.startswith("estimated"):
+        notes.append(
+            "The estimate counts the language model only, not the vision tower: point at the model folder to count"
+            " every tensor of its *.safetensors files."
+        )
+    longest = shape.max_position_embeddings
+    if longest is not None and plan.context > longest:
+        notes.append(f"--context {plan.context} exceeds the model's max_position_embeddings ({longest}).")
+    return {
+        "model": {
+            "source": source,
+            "layers": shape.layers,
+            "attentionHeads": shape.heads,
+            "kvHeads": shape.kv_heads,
+            "headDim": shape.head_dim,
+            "parameters": plan.parameters,
+            "weightsFrom": weights_from,
+        },
+        "dtype": plan.dtype,
+        "kvDtype": plan.kv_dtype,
+        "context": plan.context,
+        "concurrency": plan.concurrency,
+        "kvBytesPerToken": plan.kv_bytes_per_token,
+        "kvBytesPerRequest": plan.kv_bytes_per_request,
+        "weightBytes": plan.weight_bytes,
+        "gpuMemoryBytes": plan.gpu_memory_bytes,
+        "memoryFraction": plan.memory_fraction,
+        "tried": [
+            {
+                "tensorParallel": t.tp,
+                "weightBytesPerGpu": t.weight_bytes_per_gpu,
+                "freeBytesPerGpu": t.free_bytes_per_gpu,
+                "kvCacheBytesPerGpu": t.kv_budget_bytes_per_gpu,
+                "kvBytesPerRequestPerGpu": t.kv_bytes_per_request_per_gpu,
+                "requests": t.requests,
+                "replicas": t.replicas,
+                "gpus": t.gpus,
+            }
+            for t in plan.tried
+        ],
+        "fits": chosen is not None,
+        "tensorParallel": chosen.tp if chosen else None,
+        "requestsPerReplica": chosen.requests if chosen else None,
+        "replicas": chosen.replicas if chosen else None,
+        "gpus": chosen.gpus if chosen else None,
+        "explanation": None if chosen else explain_misfit(plan),
+        "notes": notes,
+    }
+
+
+def plan_view(console: Console, data: dict[str, Any]) -> None:
+    model = data["model"]
+    per_elem = DTYPE_BYTES[data["kvDtype"]]
+    console.print(
+        f"[bold]{escape(model['source'])}[/bold]: {model['layers']} layers, {model['attentionHeads']} attention"
+        f" heads, {model['kvHeads']} KV heads, head dim {model['headDim']}; {data['dtype']} weights,"
+        f" {data['kvDtype']} KV cache"
+    )
+    table = Table(box=box.SIMPLE, pad_edge=False)
+    for column in ("QUANTITY", "VALUE", "HOW"):
+        table.add_column(column, no_wrap=column != "HOW", overflow="fold")
+    table.add_row(
+        "KV per token",
+        f"{data['kvBytesPerToken']:,} B",
+        f"2 × {model['layers']} layers × {model['kvHeads']} KV heads × {model['headDim']} head dim × {per_elem} B",
+    )
+    table.add_row("KV per request", gib_gb(data["kvBytesPerRequest"]), f"× {data['context']:,} tokens of context")
+    table.add_row("Parameters", f"{data['model']['parameters'] / 1e9:.2f} billion", escape(model["weightsFrom"]))
+    table.add_row("Weights", gib_gb(data["weightBytes"]), f"in {data['dtype']}")
+    if data["fits"]:
+        (fit,) = [t for t in data["tried"] if t["tensorParallel"] == data["tensorParallel"]]
+        table.add_row("Tensor parallel", str(data["tensorParallel"]), "the size that needs the fewest GPUs (below)")
+        table.add_row(
+            "KV cache per GPU",
+            gib(fit["kvCacheBytesPerGpu"]),
+            f"{data['memoryFraction']:g} × ({gib(data['gpuMemoryBytes'])} − {gib(fit['weightBytesPerGpu'])} weights)"
+            " (the rest: activations, runtime)",
+        )
+        table.add_row(
+            "Requests per replica",
+            str(data["requestsPerReplica"]),
+            f"{gib(fit['kvCacheBytesPerGpu'])} / {gib(fit['kvBytesPerRequestPerGpu'])} per request per GPU",
+        )
+        table.add_row(
+            "Replicas", str(data["replicas"]), f"⌈{data['concurrency']} concurrent / {data['requestsPerReplica']}⌉"
+        )
+        table.add_row("GPUs", str(data["gpus"]), f"{data['tensorParallel']} per replica × {data['replicas']}")
+    console.print(table)
+    tried = Table(box=box.SIMPLE, pad_edge=False, title="Tensor-parallel sizes tried", title_justify="left")
+    for column in ("TP", "WEIGHTS/GPU", "KV CACHE/GPU", "KV/REQUEST/GPU", "REQUESTS", "REPLICAS", "GPUS"):
+        tried.add_column(column, no_wrap=True)
+    for t in data["tried"]:
+        cells = [
+            str(t["tensorParallel"]),
+            gib(t["weightBytesPerGpu"]),
+            gib(t["kvCacheBytesPerGpu"]) if t["freeBytesPerGpu"] > 0 else "[red]no room[/red]",
+            gib(t["kvBytesPerRequestPerGpu"]),
+            str(t["requests"]),
+            dash(t["replicas"]),
+            dash(t["gpus"]),
+        ]
+        chosen = t["tensorParallel"] == data["tensorParallel"]
+        tried.add_row(*(f"[bold]{c}[/bold]" if chosen else c for c in cells))
+    console.print(tried)
+    if data["explanation"]:
+        console.print(f"[red]Does not fit.[/red] {escape(data['explanation'])}")
+    for note in data["notes"]:
+        console.print(f"[yellow]Note:[/yellow] {escape(note)}")
