@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from paged_operator import handlers
 from paged_operator.clients.kube import KubeApi, model_deployment_path, object_path
 from paged_operator.render import children
-from paged_operator.render import router as router_children
+from paged_operator.render.all_children import all_children
 from paged_operator.status.writer import status_time, update_status
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,7 @@ WATCHED = (
 )
 REPORTED_FIELDS = 4  # fields named in a repair's Event, the rest counted
 IGNORED_KEYS = frozenset({"apiVersion", "kind", "status"})
+UNCOMPARED_TOKEN = "-" * 32  # what the admin Secret is rendered with here: it is never compared, so never used
 
 
 # ---- pure: what drifted ----
@@ -85,15 +86,13 @@ def drifted_fields(wanted: Any, live: Any, path: str = "") -> list[str]:
 def rendered_child(
     md: ModelDeployment, uid: str, kind: str, name: str, live_config_map: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
-    """The object the operator renders for ``md`` under this kind and name (None: not one of its children)."""
-    candidates: list[dict[str, Any]] = [
-        children.deployment(md, uid),
-        children.service(md, uid),
-        children.config_map(md, uid, children.config_map_budgets(md, live_config_map)),
-        children.pod_disruption_budget(md, uid),
-    ]
-    if md.spec.router.enabled:
-        candidates += [router_children.router_deployment(md, uid), router_children.router_service(md, uid)]
+    """The object the operator renders for ``md`` under this kind and name (None: not one of its children).
+    The admin Secret is never compared (created once, its token derived, not rendered)."""
+    budgets = children.config_map_budgets(md, live_config_map)
+    built = all_children(
+        md, uid, admin_token=UNCOMPARED_TOKEN, budgets=budgets, router_cluster_role=handlers.router_role()
+    )
+    candidates = [c for c in built.in_apply_order() if c is not built.admin_secret]
     return next((c for c in candidates if c["kind"] == kind and c["metadata"]["name"] == name), None)
 
 

@@ -146,7 +146,7 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
     current_cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
     budgets = children.config_map_budgets(md, current_cm)
     built = all_children(
-        md, uid, admin_token=admin_token.derive(token_key, uid), budgets=budgets, router_cluster_role=_router_role()
+        md, uid, admin_token=admin_token.derive(token_key, uid), budgets=budgets, router_cluster_role=router_role()
     )
     await kube.create_if_absent(built.admin_secret)
     await kube.apply(built.config_map)
@@ -198,7 +198,7 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
     operator_metrics.observe_fleet(namespace, md.metadata.name, md.spec, desired, written.ready_replicas)
 
 
-def _router_role() -> str:
+def router_role() -> str:
     """The chart's router ClusterRole, which the router's RoleBinding refers to."""
     return os.environ.get(router_children.CLUSTER_ROLE_ENV, router_children.DEFAULT_CLUSTER_ROLE)
 

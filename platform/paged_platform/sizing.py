@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from paged_platform.engine_contract.memory import DEFAULT_GPU_FRACTION
+
 #: Bytes per element of the dtypes the engine runs (``paged-engine serve --dtype``).
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DTYPES = ("auto", *DTYPE_BYTES)
@@ -23,9 +25,8 @@ GPU_AUTO_DTYPE = "bfloat16"
 #: Tensor-parallel sizes tried, smallest first: powers of two up to one 8-GPU node.
 TP_SIZES = (1, 2, 4, 8)
 #: Share of a GPU's free memory, once the weights are loaded, that the engine gives its KV cache when
-#: ``kvCacheMemory`` is unset (the rest: activations, CUDA graphs, the runtime). The engine contract's
-#: ``engine_contract.memory.DEFAULT_GPU_FRACTION`` (on main since this was written) should replace this copy.
-DEFAULT_MEMORY_FRACTION = 0.9
+#: ``kvCacheMemory`` is unset (the rest: activations, CUDA graphs, the runtime): the engine contract's.
+DEFAULT_MEMORY_FRACTION = DEFAULT_GPU_FRACTION
 
 _KV_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads")
 _WEIGHT_FIELDS = ("vocab_size", "intermediate_size")
