@@ -51,7 +51,7 @@ from paged_operator.replica_count import (
     scaled_externally,
 )
 from paged_operator.shared import Shared
-from paged_operator.status import api_outage
+from paged_operator.status import api_outage, engine_failures
 from paged_operator.status import builder as status_builder
 from paged_operator.status import model_ready as model_status
 from paged_operator.status.builder import ConditionValue, set_condition
@@ -312,7 +312,12 @@ class ControlLoop:
         fleet gauges, and an Event per decision the status recorded."""
         namespace, name = md.metadata.namespace or "", md.metadata.name
         outage = api_outage.report(self.outage, now, seen.current, seen.budgets) if self.outage is not None else None
+        before = _ready_reason(body)
         recorded = await self._write_status(md, body, seen, plan, carried, outage, now)
+        ready = ready_condition(md, seen, carried.desired)
+        if ready.reason in engine_failures.FAILURE_REASONS and ready.reason != before:
+            log.warning("%s/%s: %s: %s", namespace, name, ready.reason, ready.message)
+            await post_warning(self.shared.kube, body, ready.reason, ready.message)
         if outage is not None:
             self.outage = None
             log.warning("%s/%s: the API server answers again: %s", namespace, name, outage.message)
@@ -395,7 +400,7 @@ def _conditions(
     desired = carried.desired
     conditions = [
         ("Progressing", status_builder.progressing_condition(carried.deployment, desired)),
-        ("Ready", status_builder.ready_condition(len(seen.serving), desired, md.spec.replicas.min)),
+        ("Ready", ready_condition(md, seen, desired)),
         ("ModelReady", model_status.model_ready(md, seen.alive)),
     ]
     scaler = scale_subresource_writer(body) if plan.scale is not None else None
@@ -415,6 +420,20 @@ def _conditions(
     elif scaler is not None:
         conditions.append(("ScalingLimited", status_builder.external_scaler(scaler, md.spec.replicas.min)))
     return conditions
+
+
+def ready_condition(md: ModelDeployment, seen: Observed, desired: int) -> ConditionValue:
+    """``Ready``: enough replicas serve, or why not (a crash loop, an image, a hung load, no node) where known."""
+    ready = status_builder.ready_condition(len(seen.serving), desired, md.spec.replicas.min)
+    if ready.status == "True":
+        return ready
+    budget_s = md.spec.resolved_startup_timeout_s()
+    return engine_failures.failing_condition(seen.alive, seen.observation.unschedulable, budget_s) or ready
+
+
+def _ready_reason(body: Mapping[str, Any]) -> str | None:
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return next((c.get("reason") for c in conditions if c.get("type") == "Ready"), None)
 
 
 def _pods_why(failures: Mapping[str, str]) -> str:

@@ -76,7 +76,9 @@ def test_engine_container_probes_drain_and_grace() -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     startup = container["startupProbe"]
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600  # a model load may take minutes
+    assert startup["httpGet"] == {"path": "/ready", "port": "http"}  # the model loaded, not just the port open
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 600  # a CPU replica's default budget
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"  # the crash's log tail in the status
     command = container["lifecycle"]["preStop"]["exec"]["command"]
     assert command[:2] == ["python", "-c"]
     compile(command[2], "preStop", "exec")  # the hook is valid Python
@@ -84,6 +86,16 @@ def test_engine_container_probes_drain_and_grace() -> None:
     pod = children.deployment(md(), UID)["spec"]["template"]["spec"]
     # The grace period covers the drain wait plus the engine's own shutdown.
     assert pod["terminationGracePeriodSeconds"] > children.DRAIN_WAIT_S + children.SHUTDOWN_GRACE_S
+
+
+@pytest.mark.parametrize(
+    ("spec", "budget_s"),
+    [({}, 600), ({"resources": {"gpus": 1}}, 1800), ({"engine": {"startupTimeoutSeconds": 93}}, 95)],
+)
+def test_the_start_up_budget_comes_from_the_spec_or_the_device(spec: dict[str, Any], budget_s: int) -> None:
+    """A load that hangs past it is restarted by the kubelet: the probe's period times its threshold covers it."""
+    startup = engine_container(md(spec))["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] == budget_s
 
 
 def started(obj: ModelDeployment, budgets: Budgets | None = None) -> tuple[Any, EngineConfig, ServerConfig]:

@@ -60,8 +60,6 @@ DRAIN_WAIT_S = 60
 DRAIN_LINGER_S = 6
 SHUTDOWN_GRACE_S = 20
 TERMINATION_GRACE_S = DRAIN_LINGER_S + DRAIN_WAIT_S + SHUTDOWN_GRACE_S + 10
-#: A model load may take minutes: the startup probe allows this long before liveness takes over.
-STARTUP_BUDGET_S = 600
 STARTUP_PERIOD_S = 5
 MODEL_DEPLOYMENT_LABEL = "paged.dev/model-deployment"
 #: On the ConfigMap: the spec's static budget its budgets started from ("seqs/tokens").
@@ -214,6 +212,11 @@ def _http_probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
     }
 
 
+def startup_probe_failures(md: ModelDeployment) -> int:
+    """The start-up probe's failure threshold: its period times this covers the spec's start-up budget."""
+    return -(-md.spec.resolved_startup_timeout_s() // STARTUP_PERIOD_S)
+
+
 def container(md: ModelDeployment) -> dict[str, Any]:
     engine, pod = md.spec.engine, md.spec.pod
     mounts = model_mounts(md)
@@ -234,11 +237,15 @@ def container(md: ModelDeployment) -> dict[str, Any]:
             {"name": ADMIN_PORT_NAME, "containerPort": ADMIN_PORT, "protocol": "TCP"},
         ],
         "resources": _resources(md),
-        # /health is false only when the engine core died; /ready is also false while loading or draining.
-        "startupProbe": _http_probe("/health", STARTUP_PERIOD_S, STARTUP_BUDGET_S // STARTUP_PERIOD_S),
+        # /ready turns true once the model is loaded: until then (spec.engine.startupTimeoutSeconds) the start-up
+        # probe holds liveness off, and a load that hangs past it is restarted. Afterwards /health is false only
+        # when the engine core died (/ready also while draining, which must not restart it).
+        "startupProbe": _http_probe("/ready", STARTUP_PERIOD_S, startup_probe_failures(md)),
         "livenessProbe": _http_probe("/health", 10, 3),
         "readinessProbe": _http_probe("/ready", 5, 2),
         "lifecycle": {"preStop": {"exec": {"command": ["python", "-c", drain]}}},
+        # The last log lines of an engine that exits with an error: the cause EngineCrashLooping reports.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": pod_security.container_security_context(),
         "volumeMounts": [
             *mounts.engine_mounts,

@@ -52,6 +52,11 @@ def _sub(model: type[ApiModel]) -> Any:
     return Field(default_factory=model, json_schema_extra={"default": model().to_wire()})
 
 
+#: A replica's start-up budget by device when ``engine.startupTimeoutSeconds`` is unset: a GPU replica also waits
+#: for its larger weights and its CUDA graphs.
+DEFAULT_STARTUP_TIMEOUT_S = {"cpu": 600, "gpu": 1800}
+
+
 def _kv_cache_memory(value: Any) -> int | str:
     if isinstance(value, float):  # `0.9` unquoted in YAML: the text the API server takes for it
         value = repr(value)
@@ -112,6 +117,15 @@ class EngineSpec(ApiModel):
     """Reuse KV blocks across requests that share a prompt prefix."""
     max_lora_rank: int = Field(16, ge=1, le=1024)
     """Highest LoRA rank among `spec.adapters` (the width of the engine's adapter weight slots)."""
+    startup_timeout_seconds: int | None = Field(
+        None,
+        ge=30,
+        le=86_400,
+        description="How long an engine may take from start to serving (`/ready`: the model loaded) before the "
+        "kubelet restarts it, so a hung load is retried; unset: "
+        + ", ".join(f"{s} s on a {d.upper()}" for d, s in DEFAULT_STARTUP_TIMEOUT_S.items())
+        + " (raise it for a large model read from slow storage).",
+    )
     extra_args: list[str] = Field(default_factory=list, max_length=64, json_schema_extra={"default": []})
     """Further `paged-engine serve` arguments, passed as written."""
 
@@ -442,6 +456,11 @@ class ModelDeploymentSpec(ApiModel):
     def device_type(self) -> str:
         """``cuda`` when the replicas ask for GPUs, else ``cpu``: what the engine's per-device defaults depend on."""
         return "cuda" if self.resources.gpus > 0 else "cpu"
+
+    def resolved_startup_timeout_s(self) -> int:
+        """How long a replica may take to serve before it is restarted (``engine.startupTimeoutSeconds``)."""
+        given = self.engine.startup_timeout_seconds
+        return given if given is not None else DEFAULT_STARTUP_TIMEOUT_S["gpu" if self.resources.gpus else "cpu"]
 
     def resolved_budgets(self) -> Budgets:
         """The spec's budgets with the unset ones filled in by the engine's rule for this device (before the
