@@ -18,6 +18,7 @@ def render_chart(
     *,
     values_files: Sequence[Path] = (),
     set_values: Mapping[str, str] | None = None,
+    api_versions: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """``helm template`` the chart into a list of objects (empty documents dropped); a render error raises with
     helm's own message."""
@@ -26,6 +27,8 @@ def render_chart(
         argv += ["--values", str(values)]
     for key, value in (set_values or {}).items():
         argv += ["--set", f"{key}={value}"]
+    for api in api_versions:  # what a cluster would serve (``.Capabilities.APIVersions``)
+        argv += ["--api-versions", api]
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"helm template {chart} failed ({result.returncode}): {result.stderr.strip()}")

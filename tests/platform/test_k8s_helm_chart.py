@@ -7,6 +7,9 @@ import subprocess
 from typing import Any
 
 import pytest
+from paged_operator.render import children
+from paged_operator.render import router as router_children
+from paged_platform.api import ModelDeployment
 from paged_platform.crd import crd
 
 from conftest import CHART
@@ -129,6 +132,63 @@ def test_service_monitor_is_optional(kube_binaries: Any) -> None:
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
 
 
+POD_MONITOR_API = "monitoring.coreos.com/v1/PodMonitor"
+
+
+@pytest.mark.parametrize(
+    ("enabled", "served", "rendered"),
+    [("auto", False, False), ("auto", True, True), ("true", False, True), ("false", True, False)],
+)
+def test_the_engine_pod_monitor_follows_the_monitoring_api(
+    kube_binaries: Any, enabled: str, served: bool, rendered: bool
+) -> None:
+    objects = by_kind(
+        render_chart(
+            kube_binaries.helm,
+            CHART,
+            "rel",
+            "ns",
+            set_values={"monitoring.podMonitor.enabled": enabled},
+            api_versions=[POD_MONITOR_API] if served else [],
+        )
+    )
+    assert ("PodMonitor" in objects) == rendered
+
+
+def test_the_engine_pod_monitor_scrapes_what_the_operator_renders(kube_binaries: Any) -> None:
+    """Its selector matches the engine and router pods the operator creates, on the port that serves /metrics, and
+    their app.kubernetes.io/name becomes the job the rules select (paged-engine, paged-router)."""
+    (monitor,) = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns", api_versions=[POD_MONITOR_API]))[
+        "PodMonitor"
+    ]
+    spec = monitor["spec"]
+    assert spec["namespaceSelector"] == {"any": True} and spec["jobLabel"] == "app.kubernetes.io/name"
+    (endpoint,) = spec["podMetricsEndpoints"]
+    md = ModelDeployment.model_validate(
+        {"metadata": {"name": "m", "namespace": "team"}, "spec": {"router": {"enabled": True}}}
+    )
+    engine_pod = children.deployment(md, "u")["spec"]["template"]
+    router_pod = router_children.router_deployment(md, "u")["spec"]["template"]
+    jobs = set()
+    for pod in (engine_pod, router_pod):
+        assert spec["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        (container,) = pod["spec"]["containers"]
+        assert endpoint["port"] in {p["name"] for p in container["ports"]} and endpoint["path"] == "/metrics"
+        jobs.add(pod["metadata"]["labels"][spec["jobLabel"]])
+    assert jobs == {"paged-engine", "paged-router"}
+    scoped = by_kind(
+        render_chart(
+            kube_binaries.helm,
+            CHART,
+            "rel",
+            "ns",
+            set_values={"watchNamespace": "team"},
+            api_versions=[POD_MONITOR_API],
+        )
+    )
+    assert scoped["PodMonitor"][0]["spec"]["namespaceSelector"] == {"matchNames": ["team"]}
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
@@ -137,6 +197,7 @@ def test_service_monitor_is_optional(kube_binaries: Any) -> None:
         ("operator.bogus", "1", "bogus"),
         ("image.pullPolicy", "Sometimes", "pullPolicy"),
         ("operator.prometheusUrl", "prometheus:9090", "prometheusUrl"),
+        ("monitoring.podMonitor.enabled", "sometimes", "podMonitor"),
     ],
 )
 def test_values_schema_refuses_bad_values(kube_binaries: Any, key: str, value: str, message: str) -> None:
