@@ -269,3 +269,17 @@ def test_admin_secret_needs_a_real_token() -> None:
     assert secret["stringData"] == {"token": "t" * 32} and secret["metadata"]["name"] == "gemma-admin-token"
     with pytest.raises(ValueError, match="at least 16 characters, got 4"):
         children.admin_secret(md(), UID, "abcd")
+
+
+def test_an_unset_image_is_the_operators_own_at_render_time_so_an_upgrade_rolls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CRD defaulting no longer writes the image into the object: the operator that renders decides, so a new
+    operator release (new default) renders a new pod template, and the Deployment rolls."""
+    obj = md({})
+    assert "image" not in obj.spec.engine.to_wire()
+    before = engine_container(obj)["image"]
+    monkeypatch.setattr("paged_platform.api.spec.DEFAULT_ENGINE_IMAGE", "ghcr.io/paged/paged-engine:0.2.0")
+    assert engine_container(obj)["image"] == "ghcr.io/paged/paged-engine:0.2.0" != before
+    pinned = md({"engine": {"image": "registry.local/engine:pinned"}})
+    assert engine_container(pinned)["image"] == "registry.local/engine:pinned"

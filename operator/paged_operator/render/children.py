@@ -227,7 +227,7 @@ def container(md: ModelDeployment) -> dict[str, Any]:
     )  # fmt: skip
     out: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
-        "image": engine.image,
+        "image": md.spec.resolved_engine_image(),
         "imagePullPolicy": engine.image_pull_policy,
         "command": [COMMAND],
         "args": engine_args(md),
@@ -279,7 +279,7 @@ def _download_container(md: ModelDeployment, name: str, step: DownloadStep) -> d
     engine, pod, res = md.spec.engine, md.spec.pod, md.spec.resources
     out: dict[str, Any] = {
         "name": name,
-        "image": engine.image,
+        "image": md.spec.resolved_engine_image(),
         "imagePullPolicy": engine.image_pull_policy,
         "command": ["paged-engine"],
         "args": step.args,

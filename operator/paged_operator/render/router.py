@@ -74,7 +74,7 @@ def _probe(path: str, period_s: int) -> dict[str, Any]:
 def router_deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": ROUTER_CONTAINER,
-        "image": md.spec.router.image,
+        "image": md.spec.resolved_router_image(),
         "command": ["paged-router"],
         "args": router_args(md),
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"}],

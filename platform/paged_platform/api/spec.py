@@ -36,6 +36,7 @@ from paged_platform.engine_contract.memory import (
 )
 from paged_platform.tracing_contract import DEFAULT_PROTOCOL, Exporter, OtlpProtocol
 
+#: The images of this release: what an unset `engine.image` / `router.image` means when the operator renders.
 DEFAULT_ENGINE_IMAGE = "ghcr.io/paged/paged-engine:0.1.0"
 #: `paged-router` ships in the operator image (the platform package without torch).
 DEFAULT_ROUTER_IMAGE = "ghcr.io/paged/paged-operator:0.1.0"
@@ -98,8 +99,9 @@ KvCacheMemory = Annotated[
 class EngineSpec(ApiModel):
     """How each replica's engine runs."""
 
-    image: str = Field(DEFAULT_ENGINE_IMAGE, min_length=1, max_length=512)
-    """Engine container image."""
+    image: str | None = Field(None, min_length=1, max_length=512)
+    """Engine container image; unset: the engine image of the operator's own release (resolved each time the
+    operator renders, not stored, so an operator upgrade rolls the engines onto its matching image)."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weight and activation dtype; `auto` picks float32 on CPU and bfloat16 on GPU."""
@@ -348,7 +350,8 @@ class RouterSpec(ApiModel):
     #: The routing policy (`paged-router --policy`).
     policy: Literal["cache_aware", "prefix", "least_load", "round_robin", "session"] = "cache_aware"
     replicas: int = Field(1, ge=1, le=100)
-    image: str = Field(DEFAULT_ROUTER_IMAGE, min_length=1, max_length=512)
+    image: str | None = Field(None, min_length=1, max_length=512)
+    """Router container image; unset: the operator's own release's (resolved when rendered, like `engine.image`)."""
     env: list[dict[str, Any]] = Field(default_factory=list, max_length=256, json_schema_extra={"default": []})
     """Environment variables of the router container, as in a Pod spec (like `OTEL_EXPORTER_OTLP_HEADERS` from a
     Secret); where `tracing` sets the same name, this value wins."""
@@ -461,6 +464,12 @@ class ModelDeploymentSpec(ApiModel):
         """How long a replica may take to serve before it is restarted (``engine.startupTimeoutSeconds``)."""
         given = self.engine.startup_timeout_seconds
         return given if given is not None else DEFAULT_STARTUP_TIMEOUT_S["gpu" if self.resources.gpus else "cpu"]
+
+    def resolved_engine_image(self) -> str:
+        return self.engine.image or DEFAULT_ENGINE_IMAGE
+
+    def resolved_router_image(self) -> str:
+        return self.router.image or DEFAULT_ROUTER_IMAGE
 
     def resolved_budgets(self) -> Budgets:
         """The spec's budgets with the unset ones filled in by the engine's rule for this device (before the

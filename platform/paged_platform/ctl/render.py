@@ -156,7 +156,7 @@ def describe(console: Console, md: ModelDeployment) -> None:
         f"[bold]Name:[/bold]        {md.metadata.name}",
         f"[bold]Namespace:[/bold]   {md.metadata.namespace or '-'}",
         f"[bold]Model:[/bold]       {escape(model.describe())} (served as {escape(model.resolved_served_name)})",
-        f"[bold]Engine:[/bold]      {escape(spec.engine.image)} dtype={spec.engine.dtype}"
+        f"[bold]Engine:[/bold]      {escape(spec.resolved_engine_image())} dtype={spec.engine.dtype}"
         f" blockSize={spec.engine.block_size}",
         f"[bold]Endpoint:[/bold]    {escape(status.endpoint or '-')}",
         f"[bold]Replicas:[/bold]    {status.ready_replicas} ready, {status.desired_replicas} desired,"
