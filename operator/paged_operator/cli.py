@@ -37,6 +37,7 @@ from paged_operator.clients import child_reads
 from paged_operator.clients.kube import KubeApi
 from paged_operator.leadership.leader import LeaderElector
 from paged_operator.leadership.lease import LeaseSpec
+from paged_operator.policy.admission import AdmissionPolicy
 from paged_operator.shared import Options, Shared
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="file with the key (>= 32 bytes) the engines' admin tokens are derived from; the chart mounts its Secret",
     )
+    run.add_argument(
+        "--allowed-service-account", action="append", default=[], metavar="NAME",
+        help="a ServiceAccount engine pods may run as (spec.pod.serviceAccountName) besides default; repeatable",
+    )  # fmt: skip
+    run.add_argument(
+        "--allowed-volume-type", action="append", default=[], metavar="TYPE",
+        help="a volume type spec.pod.volumes may use besides Pod Security's restricted ones (e.g. nfs); repeatable",
+    )  # fmt: skip
+    run.add_argument(
+        "--allowed-image", action="append", default=[], metavar="PATTERN",
+        help="images (glob, e.g. 'registry.example.com/*') a spec may name besides this release's own; repeatable",
+    )  # fmt: skip
     run.add_argument(
         "--pending-timeout",
         type=_positive,
@@ -166,6 +179,11 @@ def main(argv: list[str] | None = None) -> None:
         clusterwide=args.all_namespaces,
         prometheus_url=args.prometheus_url,
         prometheus_timeout_s=args.prometheus_timeout,
+        admission=AdmissionPolicy(
+            service_accounts=frozenset(args.allowed_service_account),
+            volume_types=frozenset(args.allowed_volume_type),
+            images=tuple(args.allowed_image),
+        ),
     )
     election = _election(args, parser)
     shared = Shared(options=options)

@@ -31,6 +31,8 @@ from pydantic import ValidationError
 
 from paged_operator import handlers
 from paged_operator.clients.kube import KubeApi, model_deployment_path, object_path
+from paged_operator.policy import admission
+from paged_operator.policy.admission import AdmissionPolicy
 from paged_operator.render import children
 from paged_operator.render.all_children import all_children
 from paged_operator.status.writer import status_time, update_status
@@ -149,7 +151,9 @@ def owner_of(body: Mapping[str, Any]) -> tuple[str, str] | None:
 # ---- I/O: the watch, the repair, the record ----
 
 
-async def repair(kube: KubeApi, event_type: str, body: Mapping[str, Any], token_key: bytes) -> str | None:
+async def repair(
+    kube: KubeApi, event_type: str, body: Mapping[str, Any], token_key: bytes, policy: AdmissionPolicy
+) -> str | None:
     """Put the child ``body`` (as a watch event saw it) back; the repair's description, or None if none was due."""
     owner = owner_of(body)
     if owner is None:
@@ -163,6 +167,8 @@ async def repair(kube: KubeApi, event_type: str, body: Mapping[str, Any], token_
         md = handlers.parse(md_body)
     except ValidationError:
         return None  # reconcile reports it
+    if admission.violations(md, policy):
+        return None  # reconcile refused this spec: nothing of it is put back either
     live_cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
     wanted = rendered_child(md, owner[1], kind, name, live_cm)
     if wanted is None:
@@ -202,7 +208,7 @@ async def on_child_event(event: Mapping[str, Any], body: kopf.Body, memo: Any, *
     elif event_type != "MODIFIED" or not CHECKED.is_new(body):
         return  # the initial listing (reconcile on resume has applied everything), or a status update
     shared = handlers.shared_state(memo)
-    message = await repair(shared.kube, event_type, dict(body), shared.token_key)
+    message = await repair(shared.kube, event_type, dict(body), shared.token_key, shared.options.admission)
     if message is not None:
         log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
 

@@ -31,6 +31,7 @@ from paged_operator import admin_token, operator_metrics
 from paged_operator.clients.child_reads import IndexReads
 from paged_operator.clients.kube import ApiError, KubeApi, NotLeading, object_path, post_warning
 from paged_operator.control_loop import ControlLoop
+from paged_operator.policy import admission
 from paged_operator.render import children
 from paged_operator.render import router as router_children
 from paged_operator.render.all_children import all_children
@@ -112,6 +113,18 @@ async def _reject(kube: KubeApi, body: Mapping[str, Any], exc: ValidationError) 
     await kube.post_event(body, reason="InvalidSpec", message=message, warning=True)
 
 
+async def _refuse(kube: KubeApi, body: Mapping[str, Any], refused: list[str]) -> None:
+    """A spec that names what the chart does not allow: no child is applied (a running fleet keeps its last
+    allowed spec) until the spec or the chart's policy changes."""
+    message = "; ".join(refused)
+
+    def not_allowed(status: ModelDeploymentStatus, _: Mapping[str, Any]) -> None:
+        status.set_condition("Ready", "False", "NotAllowed", message[:32768], now=status_time())
+
+    await update_status(kube, body, not_allowed)
+    await kube.post_event(body, reason="NotAllowed", message=message, warning=True)
+
+
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -124,6 +137,9 @@ async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
         except ValidationError as exc:
             await _reject(kube, body, exc)
             raise kopf.PermanentError(f"invalid ModelDeployment: {exc.error_count()} error(s)") from None
+        if refused := admission.violations(md, shared.options.admission):
+            await _refuse(kube, body, refused)
+            raise kopf.PermanentError(f"not allowed: {'; '.join(refused)}")
         try:
             await apply_children(kube, md, dict(body), shared.token_key)
         except ApiError as exc:

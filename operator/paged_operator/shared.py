@@ -15,6 +15,7 @@ import httpx
 import kopf
 
 from paged_operator.clients.kube import KubeApi
+from paged_operator.policy.admission import AdmissionPolicy
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Options:
     # Read the engines' series from this Prometheus server's query API; None: scrape each pod's /metrics.
     prometheus_url: str | None = None
     prometheus_timeout_s: float = 5.0  # for one round of queries (one per series, all at once)
+    admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)  # what a spec may name (``--allowed-*``)
 
 
 @dataclass

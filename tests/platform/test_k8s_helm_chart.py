@@ -132,6 +132,18 @@ def test_service_monitor_is_optional(kube_binaries: Any) -> None:
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
 
 
+def test_the_policy_values_become_the_operators_allow_lists(kube_binaries: Any) -> None:
+    values = {"policy.allowedServiceAccounts[0]": "ml-runner", "policy.allowedVolumeTypes[0]": "nfs",
+              "policy.allowedImages[0]": "registry.example.com/*"}  # fmt: skip
+    objects = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns", set_values=values))
+    (container,) = objects["Deployment"][0]["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert "--allowed-service-account=ml-runner" in args and "--allowed-volume-type=nfs" in args
+    assert "--allowed-image=registry.example.com/*" in args
+    (default,) = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns"))["Deployment"]
+    assert not any(a.startswith("--allowed-") for a in default["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
 POD_MONITOR_API = "monitoring.coreos.com/v1/PodMonitor"
 
 
@@ -198,6 +210,7 @@ def test_the_engine_pod_monitor_scrapes_what_the_operator_renders(kube_binaries:
         ("image.pullPolicy", "Sometimes", "pullPolicy"),
         ("operator.prometheusUrl", "prometheus:9090", "prometheusUrl"),
         ("monitoring.podMonitor.enabled", "sometimes", "podMonitor"),
+        ("policy.allowedServiceAccounts[0]", "Not_A_Name", "allowedServiceAccounts"),
     ],
 )
 def test_values_schema_refuses_bad_values(kube_binaries: Any, key: str, value: str, message: str) -> None:
