@@ -9,12 +9,10 @@ import re
 import jsonschema
 import pytest
 import torch
-from grammar_helpers import EOS, VOCAB, byte_tokenizer, generate
+from grammar_helpers import EOS, VOCAB, generate
 from paged_engine.sample import Sampler, SamplingMetadata, SamplingRow, StructuredOutput
 from paged_engine.sampling_params import SamplingParams, SamplingParamsError, StructuredOutputParams
 from paged_engine.structured_output import grammar
-from paged_engine.structured_output.grammar import GrammarCompiler
-from paged_engine.tokenizer import FastTokenizer
 
 SCHEMA = {
     "type": "object",
@@ -26,16 +24,6 @@ SCHEMA = {
     "required": ["name", "ok", "n"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> FastTokenizer:
-    return byte_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def compiler(tokenizer: FastTokenizer) -> GrammarCompiler:
-    return GrammarCompiler(lambda: tokenizer, VOCAB, [EOS])
 
 
 def test_each_kind_of_constraint_holds_in_one_batch(compiler, tokenizer):

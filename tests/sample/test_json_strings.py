@@ -16,7 +16,6 @@ from grammar_helpers import (
     FORMATS,
     VOCAB,
     byte_token_ids,
-    byte_tokenizer,
     generate_rows,
     json_schemas,
     regexes,
@@ -74,16 +73,6 @@ STRING_RULES = [
     ("free key", {"type": "object"}, '{"k', ['{"k\\t": 1}']),
     *[(f"format {name}", {"type": "string", "format": name}, '"', []) for name in FORMATS],
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> FastTokenizer:
-    return byte_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def compiler(tokenizer: FastTokenizer) -> GrammarCompiler:
-    return GrammarCompiler(lambda: tokenizer, VOCAB, [EOS])
 
 
 def allowed_after(compiler: GrammarCompiler, tokenizer: FastTokenizer, schema: dict, prefix: str) -> set[str]:
