@@ -76,7 +76,7 @@ def text_of(message: anthropic.types.Message) -> str:
 def test_messages_and_tokenizer_routes_through_the_router_equal_the_engines_own(
     engines: list[ServerProcess], routed: Proc
 ) -> None:
-    kwargs = {"model": MODEL_NAME, "max_tokens": 8, "temperature": 0.0, "system": "Be brief.",
+    kwargs = {"model": MODEL_NAME, "max_tokens": 8, "system": "Be brief.", "extra_body": {"temperature": 0},
               "messages": [{"role": "user", "content": "Hello"}]}  # fmt: skip
     with (
         anthropic.Anthropic(base_url=engines[0].url, api_key=API_KEY, max_retries=0, timeout=60) as direct,
