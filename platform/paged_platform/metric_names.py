@@ -23,6 +23,11 @@ MAX_NUM_SEQS_LIMIT = "paged_scheduler_max_num_seqs_limit"
 MAX_NUM_BATCHED_TOKENS_LIMIT = "paged_scheduler_max_num_batched_tokens_limit"
 STEP_PHASE = "paged_step_phase_seconds"  # histogram, label ``phase``: where an engine step's time went
 ENGINE_INFO = "paged_engine_info"  # labels only: dtype, CPU kernel variant, GEMM backend, ...
+#: One series of value 1 per model name a replica serves now: ``model_name`` the base model's served name,
+#: ``served_model_name`` the base itself or a loaded LoRA adapter. The router learns from it where each name
+#: (adapters included) can go; unlike ``/v1/models`` it needs no API key.
+SERVED_MODEL_INFO = "paged_served_model_info"
+SERVED_MODEL_LABEL = "served_model_name"
 
 # The router's demand, read by the operator to scale a ModelDeployment from and to zero.
 ROUTER_QUEUE_DEPTH = "paged_router_queue_depth"

@@ -18,9 +18,12 @@ UID = "7f1c8d2e-0000-4000-8000-000000000002"
 ROLE = "paged-router"
 
 
-def md(router: dict[str, Any] | None = None) -> ModelDeployment:
-    spec = {"router": {"enabled": True, **(router or {})}, "service": {"port": 9000}}
+def md(router: dict[str, Any] | None = None, **spec: Any) -> ModelDeployment:
+    spec = {"router": {"enabled": True, **(router or {})}, "service": {"port": 9000}, **spec}
     return ModelDeployment.model_validate({"metadata": {"name": "gemma", "namespace": "team-a"}, "spec": spec})
+
+
+SQL = {"name": "sql-lora", "source": {"huggingFace": {"id": "acme/sql-lora"}}}
 
 
 def test_the_spec_offers_exactly_the_routers_policies_and_is_off_by_default() -> None:
@@ -60,6 +63,52 @@ def test_the_router_deployment_runs_paged_router_against_the_engines_service() -
     assert (options.service, options.namespace, options.policy) == (children.service_name(obj), "team-a", "prefix")
     assert options.port_name == children.HTTP_PORT_NAME
     assert container["ports"][0]["containerPort"] == options.port
+
+
+def router_options(obj: ModelDeployment):  # type: ignore[no-untyped-def]
+    (container,) = router_children.router_deployment(obj, UID)["spec"]["template"]["spec"]["containers"]
+    return parse_options(container["args"])
+
+
+def test_the_router_is_told_the_declared_models_so_it_holds_them_at_zero_and_refuses_others() -> None:
+    options = router_options(md(model={"servedName": "gemma-it"}, adapters=[SQL]))
+    assert options.served_models == ("gemma-it", "sql-lora")  # the base model first: where a model-less request goes
+
+
+def test_the_queue_timeout_outlasts_a_cold_start_unless_set() -> None:
+    assert router_options(md()).queue_timeout == 600  # a CPU replica's start-up budget
+    assert router_options(md(resources={"gpus": 1})).queue_timeout == 1800  # a GPU's: image pull, weights, graphs
+    assert router_options(md(engine={"startupTimeoutSeconds": 3600})).queue_timeout == 3600
+    assert router_options(md({"queueTimeoutSeconds": 45}, resources={"gpus": 1})).queue_timeout == 45
+
+
+def test_the_router_containers_resources_default_to_room_for_its_prefix_index_and_follow_the_spec() -> None:
+    def resources(obj: ModelDeployment) -> dict[str, Any]:
+        return router_children.router_deployment(obj, UID)["spec"]["template"]["spec"]["containers"][0]["resources"]
+
+    assert resources(md()) == {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
+    given = md({"resources": {"requests": {"memory": "2Gi"}, "limits": {"cpu": "4", "memory": "3Gi"}}})
+    assert resources(given) == {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "3Gi"}}
+
+
+def test_behind_a_router_the_engines_service_is_cluster_ip_and_the_router_takes_the_type() -> None:
+    def types(obj: ModelDeployment) -> tuple[str, str]:
+        return children.service(obj, UID)["spec"]["type"], router_children.router_service(obj, UID)["spec"]["type"]
+
+    assert types(md(service={"type": "LoadBalancer"})) == ("ClusterIP", "LoadBalancer")
+    assert types(md({"service": {"type": "NodePort"}}, service={"type": "LoadBalancer"})) == ("ClusterIP", "NodePort")
+    assert types(md({"service": {"type": "LoadBalancer"}})) == ("ClusterIP", "LoadBalancer")
+    off = md({"enabled": False}, service={"type": "LoadBalancer"})
+    assert children.service(off, UID)["spec"]["type"] == "LoadBalancer"  # no router: the engines face clients
+
+
+def test_the_routers_disruption_budget_lets_one_router_pod_go_at_a_time() -> None:
+    obj = md({"replicas": 2})
+    pdb = router_children.router_pod_disruption_budget(obj, UID)
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": router_children.router_selector(obj)}}
+    pod_labels = router_children.router_deployment(obj, UID)["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert pdb in router_children.router_children(obj, UID, ROLE)
 
 
 def test_the_router_service_fronts_the_router_pods_on_the_service_port() -> None:

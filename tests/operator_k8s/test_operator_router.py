@@ -1,6 +1,7 @@
 """``spec.router``: the operator, as the chart's ServiceAccount, deploys the router (its account bound to the
-chart's router ClusterRole in the namespace, its Deployment and Service), points the status endpoint at it, and
-removes it all when the router is disabled again."""
+chart's router ClusterRole in the namespace, its Deployment, Service and PodDisruptionBudget), points the status
+endpoint at it, keeps the engines' Service in-cluster behind it, and removes it all when the router is disabled
+again."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def router_paths(ns: str) -> dict[str, str]:
         "ServiceAccount": f"/api/v1/namespaces/{ns}/serviceaccounts/gemma-router",
         "RoleBinding": f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/gemma-router",
         "Service": f"/api/v1/namespaces/{ns}/services/gemma-router",
+        "PodDisruptionBudget": f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/gemma-router",
         "Deployment": f"/apis/apps/v1/namespaces/{ns}/deployments/gemma-router",
     }
 
@@ -51,7 +53,7 @@ def test_the_router_is_deployed_with_its_rights_and_removed_when_disabled(
     operator = OperatorProcess(chart_access.kubeconfig, ns, tmp_path).start()
     try:
         router = {"enabled": True, "policy": "prefix", "replicas": 2}
-        owner = kube_admin.create(md_path(ns), model_deployment("gemma", router=router))
+        owner = kube_admin.create(md_path(ns), model_deployment("gemma", router=router, service={"type": "NodePort"}))
         paths = router_paths(ns)
         wait_for("the router's children", lambda: all(kube_admin.exists(p) for p in paths.values()), 60)
         for kind, path in paths.items():
@@ -64,6 +66,12 @@ def test_the_router_is_deployed_with_its_rights_and_removed_when_disabled(
         assert deployment["spec"]["replicas"] == 2
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--service") + 1] == "gemma" and args[args.index("--policy") + 1] == "prefix"
+        assert args[args.index("--queue-timeout") + 1] == "600" and "--served-model" in args
+        engines_service = f"/api/v1/namespaces/{ns}/services/gemma"
+        # Clients reach the router by the spec's Service type; the engines stay in-cluster behind it.
+        assert kube_admin.get(paths["Service"])["spec"]["type"] == "NodePort"
+        assert kube_admin.get(engines_service)["spec"]["type"] == "ClusterIP"
+        assert kube_admin.get(paths["PodDisruptionBudget"])["spec"]["maxUnavailable"] == 1
         endpoint = f"http://gemma-router.{ns}.svc:8000/v1"
         wait_for("status endpoint", lambda: kube_admin.get(md_path(ns, "gemma")).get("status", {}).get("endpoint")
                  == endpoint, 60)  # fmt: skip
@@ -74,5 +82,10 @@ def test_the_router_is_deployed_with_its_rights_and_removed_when_disabled(
         kube_admin.patch(md_path(ns, "gemma"), {"spec": {"router": {"enabled": False}}})
         wait_for("the router's children deleted", lambda: not any(kube_admin.exists(p) for p in paths.values()), 60)
         assert kube_admin.exists(f"/apis/apps/v1/namespaces/{ns}/deployments/gemma")  # the engines stay
+        wait_for("the engines' Service facing clients", lambda: kube_admin.get(engines_service)["spec"]["type"]
+                 == "NodePort", 60)  # fmt: skip
+        kube_admin.patch(md_path(ns, "gemma"), {"spec": {"router": {"enabled": True}}})
+        wait_for("the engines' Service back in-cluster", lambda: kube_admin.get(engines_service)["spec"]["type"]
+                 == "ClusterIP", 60)  # fmt: skip
     finally:
         operator.stop()

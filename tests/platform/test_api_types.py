@@ -66,6 +66,19 @@ def test_minimal_object_is_useful() -> None:
     assert spec.service.port == 8000
 
 
+def test_the_router_fields_are_camel_case_on_the_wire_and_their_defaults_fit_a_cold_start() -> None:
+    wire = {"router": {"queueTimeoutSeconds": 90, "service": {"type": "NodePort"},
+                       "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}}}}  # fmt: skip
+    router = ModelDeploymentSpec.model_validate(wire).router
+    assert (router.queue_timeout_seconds, router.service.type) == (90, "NodePort")
+    assert (router.resources.requests.cpu, router.resources.requests.memory) == ("1", "512Mi")
+    assert (router.resources.limits.cpu, router.resources.limits.memory) == (None, "2Gi")
+    assert ModelDeploymentSpec.model_validate(wire).to_wire()["router"]["queueTimeoutSeconds"] == 90
+    gpu = ModelDeploymentSpec.model_validate({"resources": {"gpus": 1}})
+    assert gpu.router.queue_timeout_seconds is None and gpu.resolved_router_queue_timeout_s() == 1800
+    assert gpu.router_service_type() == gpu.engine_service_type() == "ClusterIP"
+
+
 def test_snake_and_camel_names_both_accepted() -> None:
     assert ReplicasSpec.model_validate({"min": 2, "max": 3}) == ReplicasSpec(min=2, max=3)
     assert SchedulerBudget(max_num_seqs=8).to_wire()["maxNumSeqs"] == 8
@@ -128,6 +141,11 @@ INVALID = [
     ({"tracing": {"samplingRatio": 1.5}}, r"tracing.samplingRatio\n.*less than or equal to 1"),
     ({"tracing": {"protocol": "http/json"}}, r"tracing.protocol\n.*Input should be 'grpc' or 'http/protobuf'"),
     ({"tracing": {"exporter": "jaeger"}}, r"tracing.exporter\n.*Input should be 'off', 'console' or 'otlp'"),
+    ({"router": {"queueTimeoutSeconds": 0}}, r"router.queueTimeoutSeconds\n.*greater than or equal to 1"),
+    ({"router": {"queueTimeoutSeconds": 86401}}, r"router.queueTimeoutSeconds\n.*less than or equal to 86400"),
+    ({"router": {"service": {"type": "ExternalName"}}}, r"router.service.type\n.*'ClusterIP', 'NodePort' or"),
+    ({"router": {"resources": {"limits": {"memory": "lots"}}}}, r"router.resources.limits.memory\n"),
+    ({"router": {"resources": {"requests": {"gpu": 1}}}}, r"router.resources.requests.gpu\n.*Extra inputs"),
 ]
 
 

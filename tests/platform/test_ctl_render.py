@@ -68,7 +68,8 @@ def test_render_includes_the_router_and_takes_the_cluster_role(examples_dir: Pat
     assert printed == operator_objects(doc, "ml", role="my-router")
     router = [(o["kind"], o["metadata"]["name"]) for o in printed[5:]]
     assert router == [("ServiceAccount", "gemma-router"), ("RoleBinding", "gemma-router"),
-                      ("Service", "gemma-router"), ("Deployment", "gemma-router")]  # fmt: skip
+                      ("Service", "gemma-router"), ("PodDisruptionBudget", "gemma-router"),
+                      ("Deployment", "gemma-router")]  # fmt: skip
     assert printed[6]["roleRef"]["name"] == "my-router"
 
 

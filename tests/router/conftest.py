@@ -30,8 +30,8 @@ def _spawn(command: list[str], port: int, log_dir: Path, ready_path: str, env: d
     return wait_ready(Proc(process, port, log_path), ready_path, 60.0, poll_s=0.1)
 
 
-def start_fake(log_dir: Path, name: str) -> Proc:
-    port = free_port()
+def start_fake(log_dir: Path, name: str, port: int | None = None) -> Proc:
+    port = port or free_port()
     return _spawn([sys.executable, str(FAKE), str(port), name], port, log_dir, "/ready")
 
 

@@ -1,6 +1,7 @@
 """The router in front of real ``paged-engine serve`` processes (tiny random Gemma 3, real tokenizer), driven
-with the official ``openai`` client: streaming pass-through, a replica draining through its admin API, an engine
-killed mid-stream, and a client disconnect aborting the engine's request."""
+with the official ``openai`` and ``anthropic`` clients: streaming pass-through, the Messages API and the
+tokenizer routes, a replica draining through its admin API, an engine killed mid-stream, and a client
+disconnect aborting the engine's request."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -65,6 +67,34 @@ def test_streams_through_the_router_equal_the_engines_own(engines: list[ServerPr
     stream = via.chat.completions.create(messages=messages, stream=True, **kwargs)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want
     assert [m.id for m in via.models.list().data] == [MODEL_NAME]
+
+
+def text_of(message: anthropic.types.Message) -> str:
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
+def test_messages_and_tokenizer_routes_through_the_router_equal_the_engines_own(
+    engines: list[ServerProcess], routed: Proc
+) -> None:
+    kwargs = {"model": MODEL_NAME, "max_tokens": 8, "system": "Be brief.", "extra_body": {"temperature": 0},
+              "messages": [{"role": "user", "content": "Hello"}]}  # fmt: skip
+    with (
+        anthropic.Anthropic(base_url=engines[0].url, api_key=API_KEY, max_retries=0, timeout=60) as direct,
+        anthropic.Anthropic(base_url=routed.url, api_key=API_KEY, max_retries=0, timeout=60) as via,
+    ):
+        want = text_of(direct.messages.create(**kwargs))
+        assert text_of(via.messages.create(**kwargs)) == want
+        with via.messages.stream(**kwargs) as stream:
+            assert stream.get_final_text() == want
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    for path, body in (
+        ("/tokenize", {"model": MODEL_NAME, "prompt": "Hello there"}),
+        ("/tokenize", {"messages": [{"role": "user", "content": "Hello"}], "add_generation_prompt": True}),
+        ("/detokenize", {"tokens": [2, 9259, 1032]}),
+    ):
+        own = httpx.post(f"{engines[0].url}{path}", json=body, headers=auth, timeout=30)
+        relayed = httpx.post(f"{routed.url}{path}", json=body, headers=auth, timeout=30)
+        assert (relayed.status_code, relayed.json()) == (200, own.json()), path
 
 
 def test_a_wrong_api_key_is_the_engines_401(routed: Proc) -> None:

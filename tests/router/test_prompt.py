@@ -25,6 +25,16 @@ def test_chat_routes_on_every_message_not_the_first_only():
     assert one.startswith(routing_text({"messages": [system]}))
 
 
+def test_an_anthropic_system_prompt_leads_its_messages():
+    """Messages API requests sharing a system prompt share its chunks, as chat requests with a system message do."""
+    question = [{"role": "user", "content": [{"type": "text", "text": "question one"}]}]
+    one = routing_text({"system": "shared system prompt", "messages": question})
+    blocks = routing_text({"system": [{"type": "text", "text": "shared system prompt"}], "messages": question})
+    assert one == blocks
+    assert one.index("shared system prompt") < one.index("question one")
+    assert one != routing_text({"system": "another system prompt", "messages": question})
+
+
 def test_chat_content_parts_count_their_text():
     parts = [{"type": "text", "text": "look at "}, {"type": "image_url", "image_url": {"url": "x"}},
              {"type": "text", "text": "this"}]  # fmt: skip

@@ -22,6 +22,17 @@ def test_parse_load_reads_waiting_kv_and_models():
     assert (load.models, load.waiting, load.kv_usage) == (frozenset({"gemma"}), 3.0, 0.45)
 
 
+def test_served_models_are_the_base_and_its_loaded_adapters():
+    text = ENGINE_TEXT + (
+        "# TYPE paged_served_model_info gauge\n"
+        'paged_served_model_info{model_name="gemma",served_model_name="gemma"} 1.0\n'
+        'paged_served_model_info{model_name="gemma",served_model_name="sql-lora"} 1.0\n'
+    )
+    load = parse_load(text)
+    assert load.models == frozenset({"gemma", "sql-lora"})
+    assert load.base_models == frozenset({"gemma"})
+
+
 def test_parse_load_without_the_gauges_knows_no_model():
     assert parse_load("other_metric 1\n").models == frozenset()
 

@@ -103,6 +103,28 @@ def test_unknown_model_is_a_404_naming_it(client: openai.OpenAI) -> None:
     assert "'one'" in error["message"]
 
 
+def served(server: ServerProcess) -> set[str]:
+    """The model names ``paged_served_model_info`` says the engine serves (what the router routes by)."""
+    prefix = "paged_served_model_info{served_model_name="
+    return {key[len(prefix) : -1] for key, value in scrape(server).items() if key.startswith(prefix) and value == 1}
+
+
+def test_the_router_sends_an_adapters_name_to_the_engine_serving_it(
+    server: ServerProcess, expected, tmp_path: Path
+) -> None:
+    from tests.router.conftest import replica_states, start_router, wait_until
+
+    router = start_router(tmp_path, [server.url])
+    try:
+        wait_until(lambda: {MODEL_NAME, "one"} <= set(replica_states(router)[server.url]["models"]))
+        with openai.OpenAI(base_url=f"{router.url}/v1", api_key=API_KEY, max_retries=0, timeout=60) as via:
+            assert complete(via, "one").choices[0].text == expected["one"]
+            with pytest.raises(openai.NotFoundError, match="'nope' does not exist; served: one, tiny-gemma"):
+                complete(via, "nope")
+    finally:
+        router.stop()
+
+
 def test_admin_loads_and_unloads_at_run_time(client: openai.OpenAI, server: ServerProcess, adapters, expected) -> None:
     with admin(server) as http:
         assert http.post("/admin/lora", json={"name": "two", "path": str(adapters["two"])},
@@ -111,7 +133,7 @@ def test_admin_loads_and_unloads_at_run_time(client: openai.OpenAI, server: Serv
         assert loaded.status_code == 200, loaded.text
         assert loaded.json()["rank"] == 8
         assert complete(client, "two").choices[0].text == expected["two"]
-        assert {m.id for m in client.models.list().data} == {MODEL_NAME, "one", "two"}
+        assert {m.id for m in client.models.list().data} == {MODEL_NAME, "one", "two"} == served(server)
         assert [x["name"] for x in http.get("/admin/lora").json()["loras"]] == ["one", "two"]
 
         refusals = [
@@ -134,7 +156,7 @@ def test_admin_loads_and_unloads_at_run_time(client: openai.OpenAI, server: Serv
         missing = http.delete("/admin/lora/three")
         assert missing.status_code == 404 and "no adapter named 'three'" in missing.text
         assert http.delete("/admin/lora/two").json() == {"name": "two", "unloaded": True}
-    assert {m.id for m in client.models.list().data} == {MODEL_NAME, "one"}
+    assert {m.id for m in client.models.list().data} == {MODEL_NAME, "one"} == served(server)
     with pytest.raises(openai.NotFoundError):
         complete(client, "two")
     assert complete(client, "one").choices[0].text == expected["one"]

@@ -70,9 +70,11 @@ def _budget_routes(app: FastAPI, state: ServerState, guard: Any) -> None:
 
 def _lora_routes(app: FastAPI, state: ServerState, guard: Any) -> None:
     def served(loras: list[LoraInfo]) -> None:
-        """The served model list follows the core's answer."""
+        """The served model list (``/v1/models``, and ``paged_served_model_info`` the router reads) follows the
+        core's answer."""
         state.loras = loras
         state.ready_serving().loras = [lora.name for lora in loras]
+        state.metrics.set_served_models(state.ready_serving().loras)
 
     @app.get(contract.LORA_PATH, dependencies=[guard])
     async def list_loras() -> dict[str, Any]:

@@ -6,9 +6,12 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from paged_platform.error_envelopes import ANTHROPIC_PATHS, anthropic_error_type
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from paged_engine.server.protocol import ErrorBody, ErrorResponse
+
+__all__ = ["ANTHROPIC_PATHS", "APIError", "anthropic_error_type", "bad_request", "error_response"]
 
 
 class APIError(Exception):
@@ -31,18 +34,6 @@ class APIError(Exception):
 
 def bad_request(message: str, param: str | None = None) -> APIError:
     return APIError(400, message, param=param)
-
-
-ANTHROPIC_PATHS = ("/v1/messages",)
-
-
-def anthropic_error_type(status: int, openai_type: str) -> str:
-    """Anthropic's name for an error of this status (its envelope has a type and a message, no ``param``)."""
-    by_status = {
-        400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-        413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
-    }  # fmt: skip
-    return by_status.get(status, "api_error" if status >= 500 else openai_type)
 
 
 def error_response(

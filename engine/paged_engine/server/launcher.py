@@ -131,6 +131,7 @@ async def _load(
     metrics.observe_budgets(info.budgets.max_num_seqs, info.budgets.max_num_batched_tokens)
     metrics.observe_limits(info.limits)
     metrics.set_info(**info.info_labels())
+    metrics.set_served_models([lora.name for lora in info.loras])
     _log_ready(info, server, model_name)
 
 

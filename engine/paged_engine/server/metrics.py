@@ -89,6 +89,11 @@ class EngineMetrics:
             ["model_name", "lora_name"], registry=r,
         )  # fmt: skip
         self.info = Info(names.ENGINE_INFO.removesuffix("_info"), "Static facts about this engine.", registry=r)
+        self.served_models = Gauge(
+            names.SERVED_MODEL_INFO, "1 per model name this engine serves now: the base model and each loaded LoRA "
+            "adapter (the router routes adapter names by it).",
+            ["model_name", names.SERVED_MODEL_LABEL], registry=r,
+        )  # fmt: skip
 
     def set_info(self, **facts: str) -> None:
         self.info.info({"model_name": self.model_name, **facts})
@@ -111,6 +116,13 @@ class EngineMetrics:
             self.iteration_tokens.observe(stats.num_scheduled_tokens)
         for phase, seconds in stats.step_phases.items():
             self.observe_phase(phase, seconds)
+
+    def set_served_models(self, adapters: list[str]) -> None:
+        """The base model and ``adapters`` (the LoRA adapters loaded now) as ``paged_served_model_info`` series;
+        an adapter unloaded since the last call loses its series."""
+        self.served_models.clear()
+        for name in dict.fromkeys([self.model_name, *adapters]):
+            self.served_models.labels(self.model_name, name).set(1)
 
     def observe_lora_request(self, lora_name: str) -> None:
         self.lora_requests.labels(self.model_name, lora_name).inc()

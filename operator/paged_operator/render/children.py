@@ -361,12 +361,14 @@ def replicas_patch(md: ModelDeployment, replicas: int) -> dict[str, Any]:
 
 
 def service(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    """The engines' Service: ``service.type``, or ClusterIP behind a router so that no client goes past it (the
+    router's Service then takes the type; ``ModelDeploymentSpec.engine_service_type``)."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(md, service_name(md), uid),
         "spec": {
-            "type": md.spec.service.type,
+            "type": md.spec.engine_service_type(),
             "selector": selector_labels(md),
             "ports": [{"name": HTTP_PORT_NAME, "port": md.spec.service.port, "targetPort": HTTP_PORT_NAME}],
         },

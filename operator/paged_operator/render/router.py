@@ -1,12 +1,18 @@
-"""Pure builders of the optional router's children (``spec.router``): its Deployment and Service, and the
-ServiceAccount and RoleBinding that let it watch the engines' EndpointSlices. The rights themselves are the
-chart's router ClusterRole (``$PAGED_ROUTER_CLUSTER_ROLE``), bound in the ModelDeployment's namespace only: the
-operator binds that one role and creates no Role of its own.
+"""Pure builders of the optional router's children (``spec.router``): its Deployment, Service and
+PodDisruptionBudget, and the ServiceAccount and RoleBinding that let it watch the engines' EndpointSlices. The
+rights themselves are the chart's router ClusterRole (``$PAGED_ROUTER_CLUSTER_ROLE``), bound in the
+ModelDeployment's namespace only: the operator binds that one role and creates no Role of its own.
 
 Every object is named ``<name>-router`` and labelled ``paged.dev/router: <name>``, never with the engines'
 selector label, so the engines' Service and PodDisruptionBudget never select router pods. The router finds the
 engines through their Service's EndpointSlices (``kubernetes.io/service-name=<name>``), so it follows
-scale-ups, drains and rollouts without the operator telling it anything.
+scale-ups, drains and rollouts without the operator telling it anything. What it cannot learn from the engines
+while none runs, the names the ModelDeployment will serve, it gets as ``--served-model`` flags, so a request for
+one of them waits through a scale from zero and any other name is a 404 at once.
+
+The PodDisruptionBudget lets one router pod at a time be evicted (``maxUnavailable: 1``, as for the engines):
+with ``router.replicas`` >= 2 the Service keeps a router through a node drain, and a single router never blocks
+a drain (``minAvailable: 1`` would, forever).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ ROUTER_CONTAINER = "router"
 ROUTER_PORT = 8080
 ROUTER_LABEL = "paged.dev/router"
 #: Kinds of the router's children, in the order they are applied (and deleted in reverse).
-ROUTER_KINDS = ("ServiceAccount", "RoleBinding", "Service", "Deployment")
+ROUTER_KINDS = ("ServiceAccount", "RoleBinding", "Service", "PodDisruptionBudget", "Deployment")
 #: The chart's ClusterRole for router pods (the chart sets the variable; this is its name in a release "paged").
 CLUSTER_ROLE_ENV = "PAGED_ROUTER_CLUSTER_ROLE"
 DEFAULT_CLUSTER_ROLE = "paged-router"
@@ -57,8 +63,19 @@ def router_args(md: ModelDeployment) -> list[str]:
     return [
         "--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--service", service_name(md),
         "--namespace", md.metadata.namespace or "", "--port-name", HTTP_PORT_NAME, "--policy", md.spec.router.policy,
+        "--queue-timeout", str(md.spec.resolved_router_queue_timeout_s()),
+        *(arg for name in md.spec.served_model_names() for arg in ("--served-model", name)),
         *tracing_args(md),
     ]  # fmt: skip
+
+
+def router_resources(md: ModelDeployment) -> dict[str, dict[str, str]]:
+    """``router.resources`` as a container's, unset values left out."""
+    spec = md.spec.router.resources
+    return {
+        kind: {name: str(value) for name, value in (("cpu", given.cpu), ("memory", given.memory)) if value is not None}
+        for kind, given in (("requests", spec.requests), ("limits", spec.limits))
+    }
 
 
 def router_env(md: ModelDeployment) -> list[dict[str, Any]]:
@@ -78,7 +95,7 @@ def router_deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
         "command": ["paged-router"],
         "args": router_args(md),
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"}],
-        "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "resources": router_resources(md),
         "livenessProbe": _probe("/health", 10),
         "readinessProbe": _probe("/ready", 5),
         "securityContext": pod_security.container_security_context(),
@@ -111,10 +128,20 @@ def router_service(md: ModelDeployment, uid: str) -> dict[str, Any]:
         "kind": "Service",
         "metadata": _metadata(md, uid),
         "spec": {
-            "type": md.spec.service.type,
+            "type": md.spec.router_service_type(),
             "selector": router_selector(md),
             "ports": [{"name": HTTP_PORT_NAME, "port": md.spec.service.port, "targetPort": HTTP_PORT_NAME}],
         },
+    }
+
+
+def router_pod_disruption_budget(md: ModelDeployment, uid: str) -> dict[str, Any]:
+    """One router pod at a time may be evicted voluntarily (see the module's docstring)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(md, uid),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": router_selector(md)}},
     }
 
 
@@ -139,5 +166,6 @@ def router_children(md: ModelDeployment, uid: str, cluster_role: str) -> list[di
         router_service_account(md, uid),
         router_role_binding(md, uid, cluster_role),
         router_service(md, uid),
+        router_pod_disruption_budget(md, uid),
         router_deployment(md, uid),
     ]

@@ -335,11 +335,54 @@ class RolloutSpec(ApiModel):
         return not (str(self.max_surge) in ("0", "0%") and str(self.max_unavailable) in ("0", "0%"))
 
 
+ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
+
+
 class ServiceSpec(ApiModel):
-    """The Service in front of the replicas (OpenAI-compatible API)."""
+    """The Service clients reach (OpenAI- and Anthropic-compatible API): the engines' own, or the router's while
+    `router.enabled` (the engines' Service is then always ClusterIP, reachable only inside the cluster, so no
+    client bypasses the router)."""
 
     port: int = Field(8000, ge=1, le=65535)
-    type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = "ClusterIP"
+    type: ServiceType = Field(
+        "ClusterIP",
+        description="The type of the Service clients reach: the engines' Service, or with `router.enabled` the "
+        "router's (unless `router.service.type` sets it), the engines' Service then being ClusterIP.",
+    )
+
+
+class RouterServiceSpec(ApiModel):
+    """The router's Service, `<name>-router`, on `service.port`."""
+
+    type: ServiceType | None = Field(
+        None, description="The router Service's type; unset: `service.type`, the type of the Service clients reach."
+    )
+
+
+class RouterRequests(ApiModel):
+    """What the router container is guaranteed."""
+
+    cpu: Quantity = "500m"
+    """Proxying, SSE relaying and prompt hashing; raise it with the request rate."""
+    memory: Quantity = "512Mi"
+    """About 100 MiB for the process plus about 27 MiB per engine replica whose prefix index is full (200,000
+    chunk hashes each, `cache_aware` and `prefix` only): room for about 14 full indexes."""
+
+
+class RouterLimits(ApiModel):
+    """What the router container may use at most."""
+
+    cpu: Quantity | None = None
+    """Unset: no CPU limit, since throttling would stall every stream the router relays."""
+    memory: Quantity = "1Gi"
+    """Room for about 30 engine replicas' full prefix indexes; add about 30 MiB per replica beyond that."""
+
+
+class RouterResources(ApiModel):
+    """The router container's requests and limits (a Pod's `resources`, cpu and memory only)."""
+
+    requests: RouterRequests = _sub(RouterRequests)
+    limits: RouterLimits = _sub(RouterLimits)
 
 
 class RouterSpec(ApiModel):
@@ -355,6 +398,18 @@ class RouterSpec(ApiModel):
     env: list[dict[str, Any]] = Field(default_factory=list, max_length=256, json_schema_extra={"default": []})
     """Environment variables of the router container, as in a Pod spec (like `OTEL_EXPORTER_OTLP_HEADERS` from a
     Secret); where `tracing` sets the same name, this value wins."""
+    queue_timeout_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=86_400,
+        description="How long a request may wait for a replica with room (`paged-router --queue-timeout`) before "
+        "it is answered 503 with Retry-After; unset: the engines' start-up budget (`engine.startupTimeoutSeconds`, "
+        + ", ".join(f"{s} s on a {d.upper()}" for d, s in DEFAULT_STARTUP_TIMEOUT_S.items())
+        + "), so a request arriving while the fleet is at zero outlasts a cold start (scheduling, image pull, model "
+        "load). A client that gives up first frees its place at once.",
+    )
+    resources: RouterResources = _sub(RouterResources)
+    service: RouterServiceSpec = _sub(RouterServiceSpec)
 
 
 class TracingSpec(ApiModel):
@@ -470,6 +525,24 @@ class ModelDeploymentSpec(ApiModel):
 
     def resolved_router_image(self) -> str:
         return self.router.image or DEFAULT_ROUTER_IMAGE
+
+    def resolved_router_queue_timeout_s(self) -> int:
+        """How long the router holds a request (``router.queueTimeoutSeconds``): unset, a replica's start-up
+        budget, the longest a request arriving at zero replicas may have to wait."""
+        given = self.router.queue_timeout_seconds
+        return given if given is not None else self.resolved_startup_timeout_s()
+
+    def router_service_type(self) -> str:
+        """The router Service's type: ``router.service.type``, else ``service.type``."""
+        return self.router.service.type or self.service.type
+
+    def engine_service_type(self) -> str:
+        """ClusterIP behind a router (clients go through it), else ``service.type``."""
+        return "ClusterIP" if self.router.enabled else self.service.type
+
+    def served_model_names(self) -> list[str]:
+        """Every model name the replicas will serve: the base model's, then each adapter's."""
+        return [self.model.resolved_served_name, *(a.name for a in self.adapters)]
 
     def resolved_budgets(self) -> Budgets:
         """The spec's budgets with the unset ones filled in by the engine's rule for this device (before the

@@ -1,5 +1,12 @@
-"""The router's HTTP front (Starlette): the OpenAI routes it relays, ``/v1/models`` merged across replicas,
-its own probes and metrics, and ``/router/replicas`` (what it knows of each replica, for operators)."""
+"""The router's HTTP front (Starlette): the engine routes it relays (``endpoints.RELAYED``), ``/v1/models``
+merged across replicas, its own probes and metrics, and ``/router/replicas`` (what it knows of each replica, for
+operators).
+
+Which model names exist: those the replicas serve now (adapters included) plus those declared with
+``--served-model`` (what the ModelDeployment will serve once a replica is up). A request for any other name is a
+404 at once, listing them; one for a declared name waits for a replica even while none runs (a scale from zero).
+With no replica known and nothing declared the router cannot tell, and the request waits.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from paged_platform.router.endpoints import BY_PATH, RELAYED, Endpoint
 from paged_platform.router.errors import RouterError, bad_request, error_response
 from paged_platform.router.metrics import RouterMetrics
 from paged_platform.router.policies import RouteRequest
@@ -48,10 +56,18 @@ class Router:
     pool: ReplicaPool
     session: aiohttp.ClientSession
 
-    def __init__(self, metrics: RouterMetrics, limits: Limits, tracer: trace.Tracer | None = None) -> None:
+    def __init__(
+        self,
+        metrics: RouterMetrics,
+        limits: Limits,
+        tracer: trace.Tracer | None = None,
+        served_models: tuple[str, ...] = (),
+    ) -> None:
         self.metrics = metrics
         self.limits = limits
         self.tracer = tracer or trace.NoOpTracer()
+        #: The declared model names, the base model first (``--served-model``).
+        self.served_models = served_models
 
     def attach(self, pool: ReplicaPool, session: aiohttp.ClientSession) -> None:
         self.pool = pool
@@ -72,36 +88,54 @@ class Router:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _route_request(self, body: bytes, request: Request) -> RouteRequest:
+    def _model(self, parsed: dict[str, Any], endpoint: Endpoint) -> str:
+        """The request's model, checked against the known names; the base model where the route allows none."""
+        model = parsed.get("model")
+        if model is None and not endpoint.model_required:
+            return self._base_model()
+        if not isinstance(model, str) or not model:
+            raise bad_request("model: a model name (string) is required", "model")
+        known = self.pool.models() | frozenset(self.served_models)
+        if known and model not in known:
+            raise RouterError(404, f"the model {model!r} does not exist; served: {', '.join(sorted(known))}",
+                              type="not_found_error", reason="unknown_model", param="model")  # fmt: skip
+        return model
+
+    def _base_model(self) -> str:
+        """Where a request without a model goes: a replica's base model, else the first declared name."""
+        bases = self.pool.base_models()
+        if bases:
+            return min(bases)
+        if self.served_models:
+            return self.served_models[0]
+        raise bad_request("model: no replica has reported its model yet; name the model", "model")
+
+    def _route_request(self, body: bytes, request: Request, endpoint: Endpoint) -> RouteRequest:
         try:
             parsed = msgspec.json.decode(body)
         except msgspec.DecodeError as exc:
             raise bad_request(f"request body is not valid JSON: {exc}") from None
         if not isinstance(parsed, dict):
             raise bad_request("request body must be a JSON object")
-        model = parsed.get("model")
-        if not isinstance(model, str) or not model:
-            raise bad_request("model: a model name (string) is required", "model")
-        known = self.pool.models()
-        if known and model not in known:
-            raise RouterError(404, f"the model {model!r} does not exist; served: {', '.join(sorted(known))}",
-                              type="not_found_error", reason="unknown_model", param="model")  # fmt: skip
+        model = self._model(parsed, endpoint)
         limits = self.limits
+        text = routing_text(parsed) if endpoint.routes_on_prompt else ""
         return RouteRequest(
             model=model,
-            chunks=chunk_hashes(routing_text(parsed), limits.prefix_chunk_chars, limits.prefix_max_chunks),
+            chunks=chunk_hashes(text, limits.prefix_chunk_chars, limits.prefix_max_chunks),
             chunk_chars=limits.prefix_chunk_chars,
             session=request.headers.get(limits.session_header),
         )
 
     async def relay_post(self, request: Request) -> Response:
+        endpoint = BY_PATH[request.url.path]
         model = "unknown"
         arrived = time.monotonic()
         cold = not any(r.ready for r in self.pool.replicas.values())  # held until a fleet at zero wakes
         span = RouteSpan(self.tracer, request.method, request.url.path, request.headers)
         try:
             body = await self._read_body(request)
-            route = self._route_request(body, request)
+            route = self._route_request(body, request, endpoint)
             model = route.model
             span.model(model)
             self.metrics.arrivals.labels(model).inc()
@@ -115,7 +149,7 @@ class Router:
             self.metrics.rejected.labels(model, exc.reason).inc()
             span.refused(exc.status, exc.reason, exc.message)
             span.end()
-            return exc.response()
+            return exc.response(endpoint.anthropic)
         except ClientGoneError:
             self.metrics.rejected.labels(model, "client_gone").inc()
             span.refused(499, "client_gone", "the client disconnected before the response started")
@@ -131,7 +165,7 @@ class Router:
         span.routed(replica=lease.url, policy=self.pool.policy.name, reason=lease.decision.reason,
                     retries=upstream.retries, queue_s=lease.queued_s, prefix_hit=hit)  # fmt: skip
         span.responded(upstream.response.status)
-        chunks = relay(upstream, self.pool, self.metrics, span)
+        chunks = relay(upstream, self.pool, self.metrics, span, endpoint.anthropic)
         if cold:
             chunks = _timing_first_chunk(chunks, arrived, self.metrics.cold_starts.labels(model), model)
         return StreamingResponse(
@@ -184,7 +218,8 @@ class Router:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def replicas(self, request: Request) -> Response:
-        states = [asdict(r) | {"models": sorted(r.models)} for r in self.pool.replicas.values()]
+        states = [asdict(r) | {"models": sorted(r.models), "base_models": sorted(r.base_models)}
+                  for r in self.pool.replicas.values()]  # fmt: skip
         queues = {model: len(queue) for model, queue in self.pool.queues.items()}
         return JSONResponse({"policy": self.pool.policy.name, "replicas": states, "queued": queues})
 
@@ -234,8 +269,7 @@ async def _unless_client_leaves(request: Request, work: Coroutine[Any, Any, T]) 
 
 def build_app(router: Router, lifespan: Any = None) -> Starlette:
     routes = [
-        Route("/v1/completions", router.relay_post, methods=["POST"]),
-        Route("/v1/chat/completions", router.relay_post, methods=["POST"]),
+        *(Route(endpoint.path, router.relay_post, methods=["POST"]) for endpoint in RELAYED),
         Route("/v1/models", router.models, methods=["GET"]),
         Route("/health", router.health, methods=["GET"]),
         Route("/ready", router.ready, methods=["GET"]),

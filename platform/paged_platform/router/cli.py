@@ -35,6 +35,7 @@ class Options:
     namespace: str | None
     kubeconfig: str | None
     port_name: str
+    served_models: tuple[str, ...]
     policy: str
     params: PolicyParams
     limits: Limits
@@ -94,6 +95,9 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--namespace", help="the Service's namespace (default: the kubeconfig's, or in-cluster)")
     src.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     src.add_argument("--port-name", default="http", help="the EndpointSlice port to use (default http)")
+    p.add_argument("--served-model", dest="served_models", action="append", default=[], metavar="NAME",
+                   help="a model name the replicas will serve (the base model first, then each adapter); repeat for "
+                        "each. Requests for it wait while no replica runs; other names are a 404 at once")  # fmt: skip
     pol = p.add_argument_group("policy")
     pol.add_argument("--policy", choices=POLICY_NAMES, default=DEFAULT_POLICY)
     pol.add_argument("--balance-factor", type=_at_least(1.0, float), default=1.25,
@@ -109,7 +113,9 @@ def parser() -> argparse.ArgumentParser:
     lim = p.add_argument_group("limits")
     lim.add_argument("--max-inflight-per-replica", type=_at_least(1), default=256)
     lim.add_argument("--max-queue", type=_at_least(0), default=1024, help="requests waiting per model at most")
-    lim.add_argument("--queue-timeout", type=_positive_float, default=30.0, help="seconds a request may wait")
+    lim.add_argument("--queue-timeout", type=_positive_float, default=30.0,
+                     help="seconds a request may wait for a replica with room (cover a replica's start-up when "
+                          "the fleet may be at zero)")  # fmt: skip
     lim.add_argument("--max-retries", type=_at_least(0), default=2, help="other replicas tried before the first byte")
     lim.add_argument("--max-body-bytes", type=_at_least(1), default=16 * 1024 * 1024)
     lim.add_argument("--probe-interval", type=_positive_float, default=1.0, help="seconds between replica probes")
@@ -132,7 +138,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         p.error("--namespace and --kubeconfig apply only with --service")
     return Options(
         host=a.host, port=a.port, endpoints=tuple(dict.fromkeys(a.endpoints)), service=a.service,
-        namespace=a.namespace, kubeconfig=a.kubeconfig, port_name=a.port_name, policy=a.policy,
+        namespace=a.namespace, kubeconfig=a.kubeconfig, port_name=a.port_name,
+        served_models=tuple(dict.fromkeys(a.served_models)), policy=a.policy,
         params=PolicyParams(balance=a.balance_factor, load_weight=a.load_weight, index_chunks=a.prefix_index_chunks),
         limits=Limits(max_body_bytes=a.max_body_bytes, max_retries=a.max_retries,
                       prefix_chunk_chars=a.prefix_chunk_chars, prefix_max_chunks=a.prefix_max_chunks,
@@ -166,7 +173,8 @@ async def _discovery(options: Options, pool: ReplicaPool) -> AsyncIterator[None]
 def create_app(options: Options, tracer: trace.Tracer | None = None) -> Starlette:
     """The router's app; its lifespan opens the upstream session, the pool and discovery, and closes them.
     Spans go to ``tracer`` if given (tests), else to the exporter the options name."""
-    router = Router(RouterMetrics(), options.limits, tracer or configure_tracing(options.otel_exporter))
+    router = Router(RouterMetrics(), options.limits, tracer or configure_tracing(options.otel_exporter),
+                    options.served_models)  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -1,7 +1,8 @@
 """The replicas behind the router: their probes, the policy's view of them, and leases on their capacity.
 
 A replica takes new requests only while its last ``/ready`` answer was 200 (a draining engine answers 503), it
-serves the request's model (learned from its ``/metrics`` labels) and it has fewer than ``max_in_flight``
+serves the request's model (its base model or a loaded adapter, learned from ``paged_served_model_info`` in its
+``/metrics``) and it has fewer than ``max_in_flight``
 requests from this router. A :class:`Lease` is one such request in flight: taking one counts it on the
 replica, releasing it (exactly once) uncounts it and offers the room to the model's queue.
 
@@ -121,7 +122,11 @@ class ReplicaPool:
     # ---- choosing ----
 
     def models(self) -> frozenset[str]:
+        """Every model name some replica served at its last probe (adapters included)."""
         return frozenset().union(*(r.models for r in self.replicas.values()))
+
+    def base_models(self) -> frozenset[str]:
+        return frozenset().union(*(r.base_models for r in self.replicas.values()))
 
     def queue(self, model: str) -> AdmissionQueue[Lease]:
         if model not in self.queues:
@@ -205,7 +210,8 @@ class ReplicaPool:
                 except ValueError:
                     log.warning("replica %s: /metrics is not Prometheus text", url)
                 else:
-                    replica.models, replica.waiting, replica.kv_usage = load.models, load.waiting, load.kv_usage
+                    replica.models, replica.base_models = load.models, load.base_models
+                    replica.waiting, replica.kv_usage = load.waiting, load.kv_usage
             replica.ready, replica.reason = ready and bool(replica.models), reason
             if ready and not replica.models:
                 replica.reason = "serves no model (no model_name label in /metrics)"

@@ -6,8 +6,10 @@ whole prefix up to chunk ``i`` (as the engine's block hashes name a token prefix
 textual prefix share the hashes of the chunks it covers completely; the engine, whose blocks hold tokens, hits
 on roughly the same prefix. A trailing partial chunk is not hashed, as the engine never caches partial blocks.
 
-Chat requests are routed on all their messages, in order: the engine applies a chat template, a deterministic
-function of the messages, so equal leading messages give an equal leading templated prompt. The router joins
+Chat requests (OpenAI's chat and Anthropic's Messages API, whose system prompt is a top-level ``system`` field,
+taken as a leading ``system`` message) are routed on all their messages, in order: the engine applies a chat
+template, a deterministic function of the messages, so equal leading messages give an equal leading templated
+prompt. The router joins
 each message's role and text with separators that cannot occur in either (``\\x1e``/``\\x1f``), an
 approximation of the template that preserves exactly this property without needing the model's template.
 
@@ -32,13 +34,15 @@ def _content_text(content: Any) -> str:
 
 
 def routing_text(body: dict[str, Any]) -> str:
-    """The prompt text of a completion (the first prompt of a list) or the joined messages of a chat request.
+    """The prompt text of a completion (the first prompt of a list) or the joined messages of a chat request
+    (after an Anthropic request's ``system`` prompt).
 
     Token-id prompts are routed on their ids' decimal text: equal leading ids give equal leading text.
     """
     messages = body.get("messages")
     if isinstance(messages, list):
-        parts = []
+        system = body.get("system")
+        parts = [f"system{_UNIT}{_content_text(system)}{_RECORD}"] if system is not None else []
         for message in messages:
             if isinstance(message, dict):
                 role = message.get("role") if isinstance(message.get("role"), str) else ""

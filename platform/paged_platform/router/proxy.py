@@ -8,8 +8,8 @@ the replica not ready until its next probe. Once the status line has arrived not
 
 The relay never buffers: each chunk the replica sends is passed on as it comes. If the client leaves, the
 upstream connection is closed, which the engine sees as a disconnect and aborts the request (freeing its KV
-blocks). If the replica fails mid-stream, an SSE response ends with an error event in the OpenAI envelope, so
-clients see an error rather than a silently short answer.
+blocks). If the replica fails mid-stream, an SSE response ends with an error event (OpenAI's envelope, or
+Anthropic's ``event: error`` on the Messages API), so clients see an error rather than a silently short answer.
 """
 
 from __future__ import annotations
@@ -136,11 +136,15 @@ async def open_upstream(
         lease = retry
 
 
-def stream_error_event(message: str) -> bytes:
-    return b"data: " + error_body(502, message, "upstream_error") + b"\n\n"
+def stream_error_event(message: str, anthropic: bool = False) -> bytes:
+    """An SSE event its clients raise as an error: Anthropic's is named ``error``, OpenAI's is plain data."""
+    data = b"data: " + error_body(502, message, "upstream_error", anthropic=anthropic) + b"\n\n"
+    return b"event: error\n" + data if anthropic else data
 
 
-async def relay(upstream: Upstream, pool: ReplicaPool, metrics: RouterMetrics, span: RouteSpan) -> AsyncIterator[bytes]:
+async def relay(
+    upstream: Upstream, pool: ReplicaPool, metrics: RouterMetrics, span: RouteSpan, anthropic: bool = False
+) -> AsyncIterator[bytes]:
     """The response body chunk by chunk; closing the upstream connection and ending ``span`` however it ends."""
     response, lease = upstream.response, upstream.lease
     is_sse = response.content_type == "text/event-stream"
@@ -156,7 +160,7 @@ async def relay(upstream: Upstream, pool: ReplicaPool, metrics: RouterMetrics, s
         span.failed("stream_error", f"replica failed mid-stream: {type(exc).__name__}")
         if is_sse:
             message = f"the replica serving this request failed mid-stream ({type(exc).__name__}); retry the request"
-            yield (b"" if tail == b"\n\n" else b"\n\n") + stream_error_event(message)
+            yield (b"" if tail == b"\n\n" else b"\n\n") + stream_error_event(message, anthropic)
     finally:
         response.close()
         lease.release()

@@ -19,7 +19,9 @@ class ReplicaState:
     in_flight: int = 0
     waiting: float = 0.0
     kv_usage: float = 0.0
+    #: The model names it serves now, adapters included (``scrape.parse_load``), and the base models among them.
     models: frozenset[str] = field(default_factory=frozenset)
+    base_models: frozenset[str] = field(default_factory=frozenset)
     #: Why the replica is not ready ("draining", "unreachable", ...), for logs and /router/replicas.
     reason: str = "not probed yet"
 
