@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="file with the key (>= 32 bytes) the engines' admin tokens are derived from; the chart mounts its Secret",
     )
     run.add_argument(
+        "--token-key-secret", default=None, metavar="NAME",
+        help="while --token-key-file is not there yet: create this Secret (in $POD_NAMESPACE) with a new key and use"
+        " it; the chart mounts the same Secret at --token-key-file",
+    )  # fmt: skip
+    run.add_argument(
         "--allowed-service-account", action="append", default=[], metavar="NAME",
         help="a ServiceAccount engine pods may run as (spec.pod.serviceAccountName) besides default; repeatable",
     )  # fmt: skip
@@ -166,10 +171,15 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger().setLevel(logging.ERROR)
     if args.metrics_port is not None:
         operator_metrics.serve_metrics(args.metrics_port, args.metrics_address)
-    try:
-        token_key = admin_token.load_key(args.token_key_file)
-    except admin_token.TokenKeyError as exc:
-        parser.error(str(exc))
+    token_key = None  # generated once the operator runs (leads), unless mounted already
+    if args.token_key_secret is None or args.token_key_file.is_file():
+        try:
+            token_key = admin_token.load_key(args.token_key_file)
+        except admin_token.TokenKeyError as exc:
+            parser.error(str(exc))
+    key_namespace = os.environ.get("POD_NAMESPACE") or args.lease_namespace
+    if token_key is None and not key_namespace:
+        parser.error("--token-key-secret needs $POD_NAMESPACE (the chart sets it) or --lease-namespace")
     options = Options(
         scrape_timeout_s=args.scrape_timeout,
         watch_timeout_s=int(args.watch_timeout),
@@ -192,6 +202,10 @@ def main(argv: list[str] | None = None) -> None:
     drift.register()  # always: repairs need no objects held in memory, only the watch events
 
     async def operator(stop_flag: asyncio.Event | None = None) -> None:
+        if shared.options.token_key is None:  # only the leader gets here: one replica creates the key
+            shared.options.token_key = await _generated_token_key(
+                args.token_key_file, args.token_key_secret, key_namespace or "", args.request_timeout
+            )
         await kopf.operator(
             standalone=args.standalone,
             clusterwide=args.all_namespaces,
@@ -210,6 +224,40 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code)
 
 
+def _login() -> kopf.ConnectionInfo:
+    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings()) or kopf.login_with_service_account(
+        settings=kopf.OperatorSettings()
+    )
+    if info is None:
+        raise SystemExit("no kubeconfig and no in-cluster service account to log in with")
+    return info
+
+
+async def _generated_token_key(path: Path, secret: str, namespace: str, request_timeout_s: float) -> bytes:
+    """The admin tokens' key: mounted at ``path``, or a new one stored as the Secret ``secret`` (create only)."""
+    kube = KubeApi.from_connection(_login(), timeout_s=request_timeout_s)
+    try:
+
+        async def create(key: bytes) -> bool:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret, "namespace": namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "paged-operator"}},
+                "type": "Opaque",
+                "data": admin_token.secret_data(key),
+            }  # fmt: skip
+            created = await kube.create_if_absent(body)
+            log.info("token key Secret %s/%s %s", namespace, secret, "created" if created else "exists: waiting")
+            return created
+
+        return await admin_token.obtain_key(path, create)
+    except admin_token.TokenKeyError as exc:
+        raise SystemExit(str(exc)) from None
+    finally:
+        await kube.aclose()
+
+
 async def _lead(
     election: Election,
     shared: Shared,
@@ -218,12 +266,7 @@ async def _lead(
     request_timeout_s: float,
 ) -> int:
     """Stand by until the Lease is ours, then run the operator until it stops (0) or the Lease is lost (1)."""
-    info = kopf.login_with_kubeconfig(settings=kopf.OperatorSettings()) or kopf.login_with_service_account(
-        settings=kopf.OperatorSettings()
-    )
-    if info is None:
-        raise SystemExit("no kubeconfig and no in-cluster service account to log in with")
-    kube = KubeApi.from_connection(info, timeout_s=request_timeout_s)
+    kube = KubeApi.from_connection(_login(), timeout_s=request_timeout_s)
     elector = LeaderElector(kube, election.namespace, election.name, election.identity, election.spec)
     operator_metrics.LEADER.set(0)
     try:

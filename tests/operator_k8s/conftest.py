@@ -70,6 +70,8 @@ class OperatorProcess:
     metrics_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    #: Let the operator create its token key as this Secret (as the chart has it) instead of giving it a key file.
+    token_key_secret: str | None = None
 
     @property
     def log_path(self) -> Path:
@@ -79,7 +81,7 @@ class OperatorProcess:
     def token_key_file(self) -> Path:
         """The admin tokens' key (the chart mounts a Secret); kept across restarts, as the chart's is."""
         path = self.log_dir / "token-key"
-        if not path.exists():
+        if not path.exists() and self.token_key_secret is None:
             path.write_text(secrets.token_urlsafe(48))
         return path
 
@@ -93,6 +95,9 @@ class OperatorProcess:
             "--token-key-file", str(self.token_key_file), *self.extra_args,
         ]  # fmt: skip
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        if self.token_key_secret is not None:
+            command += ["--token-key-secret", self.token_key_secret]
+            env["POD_NAMESPACE"] = self.namespace
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         wait_for("operator liveness endpoint", self._alive, timeout_s=60)

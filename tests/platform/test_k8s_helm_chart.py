@@ -61,8 +61,7 @@ def test_default_render(kube_binaries: Any) -> None:
         "RoleBinding",
         "Service",
         "Deployment",
-        "Secret",
-    }
+    }  # no Secret: the operator creates its token key once, so every render is the same
     assert objects["CustomResourceDefinition"] == [crd()]
     (deployment,) = objects["Deployment"]
     assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
@@ -70,7 +69,10 @@ def test_default_render(kube_binaries: Any) -> None:
     assert "--standalone" in container["args"] and "--all-namespaces" in container["args"]
     assert {"--leader-election", "--lease-name=rel-paged"} <= set(container["args"])
     assert {"POD_NAME", "POD_NAMESPACE"} <= {e["name"] for e in container["env"]}
-    (role,) = objects["Role"]
+    roles = {r["metadata"]["name"]: r for r in objects["Role"]}
+    assert set(roles) == {"rel-paged-leader-election", "rel-paged-token-key"}
+    assert roles["rel-paged-token-key"]["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}]
+    role = roles["rel-paged-leader-election"]
     assert role["metadata"]["namespace"] == "paged-system"
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
@@ -80,12 +82,34 @@ def test_default_render(kube_binaries: Any) -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {p["name"] for p in container["ports"]} == {"health", "metrics"}
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "rel-paged"
-    (key,) = objects["Secret"]  # the admin tokens' key, mounted for the operator
-    assert key["metadata"]["name"] == "rel-paged-token-key" and len(key["data"]["key"]) >= 64
-    assert "--token-key-file=/etc/paged-operator/token-key/key" in container["args"]
+    # the admin tokens' key: created by the operator, mounted for it once it exists
+    assert {"--token-key-file=/etc/paged-operator/token-key/key", "--token-key-secret=rel-paged-token-key"} <= set(
+        container["args"]
+    )
     mount = next(m for m in container["volumeMounts"] if m["name"] == "token-key")
     assert mount["mountPath"] == "/etc/paged-operator/token-key" and mount["readOnly"]
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "token-key")
+    assert volume["secret"]["secretName"] == "rel-paged-token-key" and volume["secret"]["optional"] is True
     assert not any(a.startswith("--prometheus-url") for a in container["args"])  # the pods are scraped
+
+
+def test_two_renders_are_the_same_so_gitops_keeps_the_token_key(kube_binaries: Any) -> None:
+    """helm template (Argo CD, Flux) renders without the cluster: nothing random may be in it, or every sync would
+    replace the key and the engines' admin tokens would stop matching."""
+    first = helm(kube_binaries, "template", "rel", str(CHART), "--namespace", "ns")
+    second = helm(kube_binaries, "template", "rel", str(CHART), "--namespace", "ns")
+    assert first.returncode == 0 and first.stdout == second.stdout
+
+
+def test_a_provided_token_key_is_mounted_and_nothing_is_created(kube_binaries: Any) -> None:
+    objects = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns", set_values={"tokenKey.existingSecret": "k"}))
+    (deployment,) = objects["Deployment"]
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "token-key")
+    assert volume["secret"] == {"secretName": "k", "defaultMode": 0o400}
+    assert not any(
+        a.startswith("--token-key-secret") for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    assert "rel-paged-token-key" not in {r["metadata"]["name"] for r in objects["Role"]}
 
 
 def test_prometheus_url_makes_the_operator_read_prometheus(kube_binaries: Any) -> None:
@@ -121,7 +145,7 @@ def test_without_leader_election_one_replica_is_replaced_not_rolled(kube_binarie
     (deployment,) = objects["Deployment"]
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert "--leader-election" not in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "Role" not in objects
+    assert [r["metadata"]["name"] for r in objects["Role"]] == ["rel-paged-token-key"]  # no Lease to hold
 
 
 def test_service_monitor_is_optional(kube_binaries: Any) -> None:
