@@ -95,10 +95,10 @@ def test_engine_tokens_equal_with_and_without_packing(tmp_path):
     save_tiny_tokenizer(gemma_folder)
     dense = make_llm(gemma_folder, gemm_backend="torch")
     packed = make_llm(gemma_folder, gemm_backend="packed")
-    assert dense.engine.core.gemm_backend == "torch" and packed.engine.core.gemm_backend == "packed"
+    assert dense.engine.core.report.gemm_backend == "torch" and packed.engine.core.report.gemm_backend == "packed"
     assert token_ids(packed.generate(prompts(), GREEDY)) == token_ids(dense.generate(prompts(), GREEDY))
     # Gemma ties its head: the packed head's panels serve the lookups, and the dense rows are gone.
-    model = packed.engine.core.model
+    model = packed.engine.core.runner.model
     assert isinstance(model.embed_tokens, PanelEmbedding)
     assert "embed_tokens.weight" not in dict(model.named_parameters())
 
@@ -110,15 +110,15 @@ def test_rescored_greedy_head_gives_the_fp32_heads_tokens(tmp_path):
     folder = save_tiny_model("gemma3", tmp_path)
     save_tiny_tokenizer(folder)
     rescored, full = make_llm(folder, greedy_head="auto"), make_llm(folder, greedy_head="fp32")
-    assert full.engine.core.model.greedy_head is None
+    assert full.engine.core.runner.model.greedy_head is None
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        assert rescored.engine.core.model.greedy_head is None
+        assert rescored.engine.core.runner.model.greedy_head is None
         assert token_ids(rescored.generate(prompts(), GREEDY)) == token_ids(full.generate(prompts(), GREEDY))
         return
-    assert rescored.engine.core.model.greedy_head is not None
+    assert rescored.engine.core.runner.model.greedy_head is not None
     calls = []
-    head = rescored.engine.core.model.greedy_head
-    rescored.engine.core.model.greedy_head = lambda hidden: calls.append(len(hidden)) or head(hidden)
+    head = rescored.engine.core.runner.model.greedy_head
+    rescored.engine.core.runner.model.greedy_head = lambda hidden: calls.append(len(hidden)) or head(hidden)
     assert token_ids(rescored.generate(prompts(), GREEDY)) == token_ids(full.generate(prompts(), GREEDY))
     assert sum(calls) >= len(prompts()) * GREEDY.max_tokens
     with_logprobs = SamplingParams(temperature=0.0, max_tokens=4, logprobs=2)

@@ -43,8 +43,8 @@ def test_every_head_size_serves_and_matches_transformers(tmp_path, head_dim: int
     with torch.no_grad():
         expected = hf.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)[0, len(prompt) :].tolist()
     llm = LLM(str(tmp_path), block_size=8, num_kv_blocks=64, max_model_len=64)
-    attention = llm.engine.core.attention
-    assert attention.backend == ("cpu" if head_dim in CPU_HEAD_SIZES else "reference")
-    assert (attention.reason is None) == (head_dim in CPU_HEAD_SIZES)
+    report = llm.engine.core.report
+    assert report.attention_backend == ("cpu" if head_dim in CPU_HEAD_SIZES else "reference")
+    assert (report.attention_fallback == "") == (head_dim in CPU_HEAD_SIZES)
     out = llm.generate(prompt, SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))[0]
     assert out.outputs[0].token_ids == expected

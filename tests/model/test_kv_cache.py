@@ -89,7 +89,7 @@ def test_sliding_window_layers_hold_fewer_blocks(tmp_path):
     engine = llm.engine
     engine.add_request("long", list(range(3, 83)), SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
     kv = engine.core.scheduler.kv
-    groups = engine.core.kv_cache_plan.config.groups
+    groups = engine.core.scheduler.kv.config.groups
     peak_held = peak_tokens = 0
     while engine.has_unfinished_requests():
         engine.step()

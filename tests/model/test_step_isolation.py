@@ -101,6 +101,6 @@ def test_a_failure_in_shared_work_is_still_fatal(folder, monkeypatch):
     def broken_forward(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("injected fault in the forward pass")
 
-    monkeypatch.setattr(llm.engine.core.model, "forward", broken_forward)
+    monkeypatch.setattr(llm.engine.core.runner.model, "forward", broken_forward)
     with pytest.raises(RuntimeError, match="forward pass"):
         llm.generate(prompts()[:2], GREEDY)

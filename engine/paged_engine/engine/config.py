@@ -25,6 +25,7 @@ from paged_engine.sampling_params import MAX_LOGPROBS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 GREEDY_HEADS = ("auto", "fp32")
+MAX_TENSOR_PARALLEL = 64  # ranks of one tensor-parallel group: the most GPUs a host carries, with room
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -83,6 +84,16 @@ class EngineConfig:
         DEFAULT_MAX_LORAS, "LoRA adapters held at once (a weight slot each, allocated at start-up)"
     )
     max_lora_rank: int = setting(16, "highest LoRA rank an adapter may have (the slots' width)")
+    tensor_parallel_size: int = setting(
+        1, "devices the model is cut across (heads, MLP rows and vocabulary); above 1, one worker process per"
+        " rank, joined by gloo on a CPU and NCCL on a GPU",
+    )  # fmt: skip
+    worker_start_timeout: float = setting(
+        1800.0, "seconds a worker process may take to load its share of the model before the engine gives up"
+    )
+    worker_step_timeout: float = setting(
+        300.0, "seconds a worker process may take over one step before the engine counts it hung and stops"
+    )
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self) -> None:
@@ -107,11 +118,28 @@ class EngineConfig:
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
         self._validate_lora()
+        self._validate_parallelism()
         self.scheduler.validate()
 
     @property
     def lora_enabled(self) -> bool:
         return self.enable_lora or bool(self.lora_modules)
+
+    @property
+    def world_size(self) -> int:
+        """Worker processes the engine runs (one per rank); 1: the model runs in the engine-core process."""
+        return self.tensor_parallel_size
+
+    def _validate_parallelism(self) -> None:
+        if not 1 <= self.tensor_parallel_size <= MAX_TENSOR_PARALLEL:
+            raise ValueError(f"tensor_parallel_size must be in [1, {MAX_TENSOR_PARALLEL}], got "
+                             f"{self.tensor_parallel_size}")  # fmt: skip
+        for name in ("worker_start_timeout", "worker_step_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive seconds, got {getattr(self, name)}")
+        if self.tensor_parallel_size > 1 and self.lora_enabled:
+            raise ValueError("LoRA adapters are not served under tensor parallelism yet: drop --enable-lora and"
+                             " --lora-modules, or set --tensor-parallel-size 1")  # fmt: skip
 
     def _validate_lora(self) -> None:
         if isinstance(self.lora_modules, str | LoraModule):

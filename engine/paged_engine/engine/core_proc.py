@@ -25,6 +25,7 @@ from paged_engine import wire
 from paged_engine.core import EngineCoreOutput, FinishReason
 from paged_engine.engine.config import EngineConfig
 from paged_engine.lora.registry import LoraError
+from paged_engine.process_tree import die_with_parent
 
 if TYPE_CHECKING:
     from paged_engine.engine.engine_core import EngineCore
@@ -119,8 +120,10 @@ def _send(sock: zmq.Socket, outbox: queue.Queue[bytes | None]) -> None:
         sock.send(data, copy=False)
 
 
-def run_engine_core(config: EngineConfig, addresses: CoreProcAddresses, log_level: str) -> None:
-    """Process entry point. Exits 0 on Shutdown, non-zero if the model cannot be loaded or a step fails."""
+def run_engine_core(config: EngineConfig, addresses: CoreProcAddresses, log_level: str, parent_pid: int) -> None:
+    """Process entry point. Exits 0 on Shutdown, non-zero if the model cannot be loaded or a step fails (a
+    worker's failure included: the log names its rank)."""
+    die_with_parent(parent_pid)
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s EngineCore %(name)s: %(message)s")  # fmt: skip
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API server decides when we stop
@@ -167,7 +170,9 @@ def run_engine_core(config: EngineConfig, addresses: CoreProcAddresses, log_leve
                 outbox.put(wire.encode(loop.step()))
     except Exception:
         log.exception("engine core step failed")
+        engine.shutdown()
         os._exit(1)
+    engine.shutdown()
     outbox.put(None)
     sender.join(5)
     os._exit(0)

@@ -29,17 +29,18 @@ from paged_engine.core import (
 )
 from paged_engine.engine import startup
 from paged_engine.engine.config import EngineConfig
-from paged_engine.lora.adapter import load_adapter, read_rank
+from paged_engine.executor.in_process import InProcessExecutor
+from paged_engine.executor.select import make_executor
 from paged_engine.lora.registry import LoraError
 from paged_engine.request_limits import RequestLimits
 from paged_engine.sampling_params import SamplingParams
+from paged_engine.structured_output.grammar import GrammarCompiler
 from paged_engine.wire import EngineInfo, LoraInfo
 from paged_engine.worker.step_timing import StepClock
 
 if TYPE_CHECKING:
-    import torch
-
     from paged_engine.tokenizer import FastTokenizer
+    from paged_engine.worker.model_runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 
@@ -49,34 +50,44 @@ class EngineCore:
         """``serving``: for the API server (its token budget default differs on a CPU: the engine contract)."""
         self.config = config
         self.model_folder = model_folder if model_folder is not None else startup.resolve_model_folder(config)
-        self.placement = startup.place(config)
-        loaded = startup.load_model(config, self.model_folder, self.placement)
-        self.model, self.gemm_backend, self.eos_token_ids = loaded.model, loaded.gemm_backend, loaded.eos_token_ids
-        self.lora_slots, self.loras = loaded.lora_slots, loaded.loras
-        kv = startup.plan_kv(config, loaded.model, self.placement, serving=serving)
-        self.kv_cache_plan, self.budget_limits, self.max_model_len = kv.kv_cache, kv.limits, kv.max_model_len
-        self.scheduler = Scheduler(kv.scheduler, kv.kv_cache.config)
-        built = startup.build_runner(config, self.placement, loaded, kv, self._load_tokenizer)
-        self.runner, self.attention, self.grammars = built.runner, built.attention, built.grammars
-        self.graphs_off, self.prefill_attention = built.graphs_off, built.prefill_attention
-        for module in config.lora_modules:
-            self.load_lora(module.name, module.path)
-        self.limits = RequestLimits(self.model.spec.vocab_size, self.max_model_len, config.max_logprobs)
+        self.executor = make_executor(config, self.model_folder, serving=serving, load_tokenizer=self._load_tokenizer)
+        try:
+            report = self.executor.report
+            self.report, self.eos_token_ids, self.max_model_len = report, report.eos_token_ids, report.max_model_len
+            scheduler = startup.resolve_scheduler(config, report.device.split(":")[0], serving, report.max_model_len)
+            self.budget_limits = scheduler.live_limits()
+            self.scheduler = Scheduler(scheduler, report.kv_cache_config())
+            self.grammars = self._grammars()
+            for module in config.lora_modules:
+                self.load_lora(module.name, module.path)
+        except BaseException:
+            self.executor.shutdown()
+            raise
+        self.limits = RequestLimits(report.vocab_size, self.max_model_len, config.max_logprobs)
         self.last_stats: SchedulerStats | None = None
         self.num_preemptions = 0
 
-    @property
-    def device(self) -> torch.device:
-        return self.placement.device
+    def _grammars(self) -> GrammarCompiler:
+        """The runner's compiler in one process; the core's own (it refuses invalid schemas) beside workers."""
+        if isinstance(self.executor, InProcessExecutor):
+            return self.executor.grammars
+        return GrammarCompiler(self._load_tokenizer, self.report.vocab_size, self.eos_token_ids)
 
     @property
-    def dtype(self) -> torch.dtype:
-        return self.placement.dtype
+    def runner(self) -> ModelRunner:
+        """The model runner, where it runs in this process (world size 1)."""
+        if not isinstance(self.executor, InProcessExecutor):
+            raise AttributeError("the model runs in worker processes (world size above 1)")
+        return self.executor.runner
 
     def _load_tokenizer(self) -> FastTokenizer:
         from paged_engine.tokenizer import load_tokenizer
 
         return load_tokenizer(self.model_folder)
+
+    def shutdown(self) -> None:
+        """Stop the worker processes, if any."""
+        self.executor.shutdown()
 
     # ---- requests ----
 
@@ -104,7 +115,8 @@ class EngineCore:
         picks a loaded adapter; its cache id keys the request's prefix-cache blocks."""
         adapter_id = None
         if lora_name is not None:
-            lora = self.loras.get(lora_name) if self.loras is not None else None
+            loras = self.executor.loras
+            lora = loras.get(lora_name) if loras is not None else None
             if lora is None:
                 raise RequestValidationError("model", f"no LoRA adapter named {lora_name!r} is loaded")
             adapter_id = lora.cache_id
@@ -120,32 +132,27 @@ class EngineCore:
     def load_lora(self, name: str, path: str) -> LoraInfo:
         """Load the PEFT adapter at ``path`` as ``name`` into a free slot; refusals (:class:`LoraError`) name
         the limit and change nothing."""
-        if self.loras is None or self.lora_slots is None:
-            raise LoraError("LoRA is off: start the engine with --enable-lora or --lora-modules", 409)
-        self.loras.check_load(name, read_rank(path))  # cheap refusals before the weights are read
-        adapter = load_adapter(path, self.model.spec, self.dtype)
-        lora = self.loras.add(name, str(path), adapter.rank)
-        self.lora_slots.load(lora.slot, lora.cache_id, adapter)
-        logger.info("LoRA adapter %r loaded from %s (rank %d, slot %d)", name, path, lora.rank, lora.slot)
-        return LoraInfo(lora.name, lora.path, lora.rank, lora.slot)
+        return self.executor.load_lora(name, path)
 
     def unload_lora(self, name: str) -> None:
         """Unload ``name``; refused while requests using it are unfinished (their rows read its slot)."""
-        if self.loras is None or self.lora_slots is None:
+        loras = self.executor.loras
+        if loras is None:
             raise LoraError(f"no adapter named {name!r} is loaded (LoRA is off)", 404, "name")
-        lora = self.loras.get(name)
+        lora = loras.get(name)
         if lora is None:
             raise LoraError(f"no adapter named {name!r} is loaded", 404, "name")
         users = sum(r.adapter_id == lora.cache_id for r in self.scheduler.requests.values())
         if users:
             raise LoraError(f"adapter {name!r} serves {users} unfinished requests; retry when they are done", 409)
-        self.loras.remove(name)
-        self.lora_slots.unload(lora.cache_id)
+        loras.remove(name)
+        self.executor.unload_lora(lora.cache_id)
         logger.info("LoRA adapter %r unloaded", name)
 
     def loaded_loras(self) -> list[LoraInfo]:
         """The adapters loaded now, as the API server lists them."""
-        loaded = self.loras.loaded() if self.loras is not None else []
+        loras = self.executor.loras
+        loaded = loras.loaded() if loras is not None else []
         return [LoraInfo(x.name, x.path, x.rank, x.slot) for x in loaded]
 
     def abort_requests(self, request_ids: Iterable[str]) -> list[EngineCoreOutput]:
@@ -164,8 +171,8 @@ class EngineCore:
         clock = StepClock()
         scheduler_output = self.scheduler.schedule()
         clock.lap("schedule")
-        runner_output = self.runner.execute_model(scheduler_output)
-        clock.skip(self.runner.last_phases)
+        runner_output = self.executor.execute_model(scheduler_output)
+        clock.skip(self.executor.last_phases())
         result = self.scheduler.update_from_output(scheduler_output, runner_output)
         clock.lap("update")
         self.last_stats = dataclasses.replace(result.stats, step_phases=clock.phases)
@@ -175,16 +182,17 @@ class EngineCore:
     # ---- state for the server and the admin API ----
 
     def info(self) -> EngineInfo:
-        placement, blocks = self.placement, self.kv_cache_plan.config
+        r, config = self.report, self.config
         return EngineInfo(
-            model=self.config.model or "default", model_path=str(self.model_folder), max_model_len=self.max_model_len,
-            vocab_size=self.limits.vocab_size, max_logprobs=self.limits.max_logprobs, num_blocks=blocks.num_blocks,
-            block_size=blocks.block_size, device=str(placement.device), dtype=placement.dtype_name,
-            attention_backend=self.runner.backend.name, attention_fallback=self.attention.reason or "",
-            prefill_attention=self.prefill_attention, cuda_graphs="off" if self.graphs_off is not None else "on",
-            gemm_backend=self.gemm_backend, cpu_isas=dict(placement.cpu_isas), cpu_bf16_gemm=placement.cpu_bf16_gemm,
-            budgets=self.budgets(), limits=self.budget_limits, lora_enabled=self.loras is not None,
-            max_loras=self.config.max_loras, max_lora_rank=self.config.max_lora_rank, loras=self.loaded_loras(),
+            model=config.model or "default", model_path=str(self.model_folder), max_model_len=self.max_model_len,
+            vocab_size=self.limits.vocab_size, max_logprobs=self.limits.max_logprobs, num_blocks=r.num_blocks,
+            block_size=r.block_size, device=r.device, dtype=r.dtype, attention_backend=r.attention_backend,
+            attention_fallback=r.attention_fallback, prefill_attention=r.prefill_attention, cuda_graphs=r.cuda_graphs,
+            gemm_backend=r.gemm_backend, cpu_isas=dict(r.cpu_isas), cpu_bf16_gemm=r.cpu_bf16_gemm,
+            budgets=self.budgets(), limits=self.budget_limits, lora_enabled=self.executor.loras is not None,
+            max_loras=config.max_loras, max_lora_rank=config.max_lora_rank, loras=self.loaded_loras(),
+            tensor_parallel_size=config.tensor_parallel_size, world_size=config.world_size,
+            collective_backend=r.collective_backend,
         )  # fmt: skip
 
     def current_stats(self) -> SchedulerStats:

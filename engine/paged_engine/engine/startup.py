@@ -148,8 +148,10 @@ def eos_token_ids(folder: Path, config: object) -> list[int]:
     return ids
 
 
-def load_model(config: EngineConfig, folder: Path, placement: Placement) -> LoadedModel:
-    model, hf_config = load_hf_model(folder, dtype=placement.dtype, device=placement.device)
+def load_model(config: EngineConfig, folder: Path, placement: Placement, tp_rank: int = 0) -> LoadedModel:
+    """The model (rank ``tp_rank``'s share of it under tensor parallelism) and its adapters' slots."""
+    model, hf_config = load_hf_model(folder, dtype=placement.dtype, device=placement.device, tp_rank=tp_rank,
+                                     tp_size=config.tensor_parallel_size)  # fmt: skip
     gemm_backend = resolve_gemm_backend(config.gemm_backend, placement.device, placement.dtype)
     if gemm_backend == "packed":
         model.pack_weights_for_cpu()
@@ -181,16 +183,27 @@ class KVPlan:
         return self.scheduler.max_model_len
 
 
+def resolve_scheduler(config: EngineConfig, device_type: str, serving: bool, model_max_len: int) -> SchedulerConfig:
+    """The scheduler's settings for this device (the engine contract's rule), the context length resolved."""
+    scheduler = config.scheduler.resolved(device_type, serving)
+    return dataclasses.replace(scheduler, max_model_len=scheduler.max_model_len or model_max_len)
+
+
 def plan_kv(config: EngineConfig, model: DecoderForCausalLM, placement: Placement, *, serving: bool) -> KVPlan:
-    scheduler = config.scheduler.resolved(placement.device.type, serving)
-    max_model_len = scheduler.max_model_len or model.spec.max_position_embeddings
-    scheduler = dataclasses.replace(scheduler, max_model_len=max_model_len)
+    scheduler = resolve_scheduler(config, placement.device.type, serving, model.spec.max_position_embeddings)
+    assert scheduler.max_model_len is not None
+    max_model_len = scheduler.max_model_len
     kv_cache_memory = config.kv_cache_memory
     if kv_cache_memory is None:
         kv_cache_memory = default_kv_cache_memory(placement.device.type)
     plan = plan_kv_cache(model, config.block_size, placement.dtype, max_model_len,
                          kv_cache_memory=kv_cache_memory, num_blocks=config.num_kv_blocks,
                          device=placement.device)  # fmt: skip
+    if model.tp is not None:  # one block table for every rank: the pool fits the rank with the least memory
+        fewest = model.tp.min(plan.config.num_blocks)
+        if fewest != plan.config.num_blocks:
+            plan = plan_kv_cache(model, config.block_size, placement.dtype, max_model_len, num_blocks=fewest,
+                                 device=placement.device)  # fmt: skip
     logger.info("KV cache: %d blocks of %d tokens, %d groups of %d layers, %.1f MiB", plan.config.num_blocks,
                 plan.config.block_size, len(plan.config.groups), plan.group_size, plan.total_bytes / 2**20)  # fmt: skip
     limits = scheduler.live_limits()
@@ -269,3 +282,24 @@ def build_runner(
     )  # fmt: skip
     runner.capture_graphs()
     return Runner(runner, attention, graphs_off, prefill_attention, grammars)
+
+
+# ---- all four ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartedRunner:
+    placement: Placement
+    loaded: LoadedModel
+    kv: KVPlan
+    runner: Runner
+
+
+def start_runner(
+    config: EngineConfig, folder: Path, *, serving: bool, load_tokenizer: Callable[[], Any], tp_rank: int = 0
+) -> StartedRunner:
+    """The four stages in order: what the in-process executor and each worker process run."""
+    placement = place(config)
+    loaded = load_model(config, folder, placement, tp_rank)
+    kv = plan_kv(config, loaded.model, placement, serving=serving)
+    return StartedRunner(placement, loaded, kv, build_runner(config, placement, loaded, kv, load_tokenizer))

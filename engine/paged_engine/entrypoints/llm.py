@@ -123,6 +123,10 @@ class LLM:
         ``lora_modules``)."""
         return self.engine.core.load_lora(name, path)
 
+    def shutdown(self) -> None:
+        """Stop the worker processes (tensor parallelism) now; otherwise they stop when this process exits."""
+        self.engine.core.shutdown()
+
     def unload_lora(self, name: str) -> None:
         self.engine.core.unload_lora(name)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,10 @@ from paged_engine.models.cpu_gemm import (
 )
 from paged_engine.models.greedy_head import RescoredGreedyHead, rescored_greedy_unavailable_reason
 from paged_engine.models.layers import GatedMLP, PagedAttention, RMSNorm, apply_rope, rope_cos_sin
+from paged_engine.parallel.layout import TensorShard
+
+if TYPE_CHECKING:
+    from paged_engine.parallel.collectives import TensorParallel
 
 
 @dataclass
@@ -71,11 +76,18 @@ class DecoderSpec:
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, spec: DecoderSpec, index: int) -> None:
+    """One layer; under tensor parallelism it holds its rank's heads and intermediate rows (QKV and gate/up cut
+    by output rows, O and down by input columns), and sums the O and down outputs over the ranks."""
+
+    def __init__(self, spec: DecoderSpec, index: int, tp: TensorParallel | None = None) -> None:
         super().__init__()
         self.rope_index = spec.layer_rope[index]
-        self.num_heads, self.num_kv_heads, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        q_size, kv_size = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+        self.tp = tp
+        shard = tp.shard if tp is not None else None
+        self.num_heads = len(shard.heads) if shard else spec.num_heads
+        self.num_kv_heads = len(shard.kv_heads) if shard else spec.num_kv_heads
+        self.head_dim = spec.head_dim
+        q_size, kv_size = self.num_heads * spec.head_dim, self.num_kv_heads * spec.head_dim
         self.split_sizes = [q_size, kv_size, kv_size]
         self.qkv_proj = nn.Linear(spec.hidden_size, q_size + 2 * kv_size, bias=spec.qkv_bias)
         self.o_proj = nn.Linear(q_size, spec.hidden_size, bias=spec.o_bias)
@@ -87,14 +99,15 @@ class DecoderLayer(nn.Module):
         self.attn_out_norm = norm(spec.hidden_size) if spec.sandwich_norms else None
         self.mlp_out_norm = norm(spec.hidden_size) if spec.sandwich_norms else None
         self.attn = PagedAttention(
-            spec.num_heads,
-            spec.num_kv_heads,
+            self.num_heads,
+            self.num_kv_heads,
             spec.head_dim,
             spec.attn_scale,
             spec.sliding_windows[index],
             spec.attn_logit_softcap,
         )
-        self.mlp = GatedMLP(spec.hidden_size, spec.intermediate_size, spec.activation, spec.mlp_bias)
+        intermediate = len(shard.intermediate) if shard else spec.intermediate_size
+        self.mlp = GatedMLP(spec.hidden_size, intermediate, spec.activation, spec.mlp_bias)
         # Set by DecoderForCausalLM.pack_weights_for_cpu: q and k rotated in place by one CPU kernel pass.
         self.fused_rope = False
 
@@ -112,10 +125,14 @@ class DecoderLayer(nn.Module):
         else:
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         h = self.o_proj(self.attn(q, k.contiguous(), v.contiguous(), meta).view(num_tokens, -1))
+        if self.tp is not None:
+            h = self.tp.all_reduce(h)
         if self.attn_out_norm is not None:
             h = self.attn_out_norm(h)
         x = x + h
         h = self.mlp(self.mlp_norm(x))
+        if self.tp is not None:
+            h = self.tp.all_reduce(h)
         if self.mlp_out_norm is not None:
             h = self.mlp_out_norm(h)
         return x + h
@@ -124,14 +141,18 @@ class DecoderLayer(nn.Module):
 class DecoderForCausalLM(nn.Module):
     """Token ids and positions in, hidden states out; logits only for the rows the caller asks for."""
 
-    def __init__(self, spec: DecoderSpec) -> None:
+    def __init__(self, spec: DecoderSpec, tp: TensorParallel | None = None) -> None:
+        """``tp``: this rank's share under tensor parallelism (the embedding and LM head hold its vocabulary
+        rows); ``spec`` stays the whole model's."""
         super().__init__()
         self.spec = spec
-        self.embed_tokens: nn.Embedding | PanelEmbedding = nn.Embedding(spec.vocab_size, spec.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_layers))
+        self.tp = tp
+        rows = tp.shard.vocab_per_rank if tp is not None else spec.vocab_size
+        self.embed_tokens: nn.Embedding | PanelEmbedding = nn.Embedding(rows, spec.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(spec, i, tp) for i in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.norm_offset)
         self.lm_head: nn.Module | None = (
-            None if spec.tie_word_embeddings else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+            None if spec.tie_word_embeddings else nn.Linear(spec.hidden_size, rows, bias=False)
         )
         for i, inv_freq in enumerate(spec.rope_inv_freqs):
             self.register_buffer(f"rope_inv_freq_{i}", inv_freq.clone(), persistent=False)
@@ -149,8 +170,23 @@ class DecoderForCausalLM(nn.Module):
     def attention_layers(self) -> list[PagedAttention]:
         return [layer.attn for layer in self.layers]
 
+    @property
+    def num_local_kv_heads(self) -> int:
+        """KV heads this rank caches (all of them without tensor parallelism)."""
+        return self.layers[0].num_kv_heads
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.tp is None:
+            return self.embed_tokens(input_ids)
+        # vocabulary-parallel: a rank looks up the ids it holds, zeros for the others, and the sum joins them
+        vocab = self.tp.shard.vocab
+        local = input_ids - vocab.start
+        outside = (local < 0) | (local >= len(vocab))
+        x = self.embed_tokens(local.masked_fill(outside, 0))
+        return self.tp.all_reduce(x.masked_fill(outside[:, None], 0.0))
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        x = self.embed_tokens(input_ids)
+        x = self.embed(input_ids)
         if self.spec.embed_scale is not None:
             x = x * torch.tensor(self.spec.embed_scale, dtype=x.dtype)
         rope = [
@@ -183,6 +219,8 @@ class DecoderForCausalLM(nn.Module):
     def use_rescored_greedy(self) -> str | None:
         """Pick greedy tokens through a bf16 pass over the packed fp32 head; returns why not where it cannot."""
         reason = rescored_greedy_unavailable_reason(self.lm_head, self.spec.final_logit_softcap)
+        if reason is None and self.tp is not None:
+            reason = "tensor parallelism gathers whole logits rows (the head is cut by vocabulary)"
         if reason is None:
             self.greedy_head = RescoredGreedyHead(self.lm_head)  # type: ignore[arg-type]
         return reason
@@ -199,6 +237,8 @@ class DecoderForCausalLM(nn.Module):
             # ``weight @ hidden.T`` streams the [vocab, hidden] matrix once against a small right-hand side,
             # which BLAS runs faster than the skinny ``hidden @ weight.T`` (262,144 columns for Gemma).
             logits = torch.mm(weight, hidden.T).T.float().contiguous()
+        if self.tp is not None:
+            logits = self.tp.gather_vocab(logits)
         cap = self.spec.final_logit_softcap
         if cap > 0.0:
             logits = torch.tanh(logits / cap) * cap
@@ -211,18 +251,22 @@ class DecoderForCausalLM(nn.Module):
         params = dict(self.named_parameters())
         filled: dict[str, int] = {}
         spec = self.spec
-        q_size, kv_size = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+        layer = self.layers[0]
+        q_size, kv_size = layer.num_heads * spec.head_dim, layer.num_kv_heads * spec.head_dim
+        intermediate = layer.mlp.intermediate_size
         shards = {
             "q_proj": ("qkv_proj", 0, q_size),
             "k_proj": ("qkv_proj", q_size, kv_size),
             "v_proj": ("qkv_proj", q_size + kv_size, kv_size),
-            "gate_proj": ("gate_up_proj", 0, spec.intermediate_size),
-            "up_proj": ("gate_up_proj", spec.intermediate_size, spec.intermediate_size),
+            "gate_proj": ("gate_up_proj", 0, intermediate),
+            "up_proj": ("gate_up_proj", intermediate, intermediate),
         }
         for hf_name, tensor in weights:
             name = hf_name.removeprefix("model.")
             if "rotary_emb." in name or (name == "lm_head.weight" and spec.tie_word_embeddings):
                 continue
+            if self.tp is not None:
+                tensor = shard_tensor(self.tp.shard, name, tensor, spec.head_dim)
             target, start, size = name, None, None
             parts = name.split(".")
             if len(parts) >= 4 and parts[0] == "layers":
@@ -250,3 +294,31 @@ class DecoderForCausalLM(nn.Module):
         if missing:
             shown = ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else "")
             raise ValueError(f"checkpoint is missing {len(missing)} tensors for {spec.architecture}: {shown}")
+
+
+# Checkpoint tensors cut by output rows (dim 0) or input columns (dim 1) under tensor parallelism, by leaf name.
+_HEAD_ROWS, _KV_ROWS, _MLP_ROWS = ("q_proj",), ("k_proj", "v_proj"), ("gate_proj", "up_proj")
+_ROW_PARALLEL = ("o_proj", "down_proj")  # inputs cut; outputs summed over ranks, so one rank adds the bias
+
+
+def shard_tensor(shard: TensorShard, name: str, tensor: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """This rank's part of the checkpoint tensor ``name`` (norms and other unsplit tensors as they are)."""
+    parts = name.split(".")
+    leaf, kind = (parts[-2], parts[-1]) if len(parts) >= 2 else (name, "")
+    heads = lambda r: slice(r.start * head_dim, r.stop * head_dim)  # noqa: E731
+    if leaf in _HEAD_ROWS:
+        return tensor[heads(shard.heads)]
+    if leaf in _KV_ROWS:
+        return tensor[heads(shard.kv_heads)]
+    if leaf in _MLP_ROWS:
+        return tensor[shard.intermediate.start : shard.intermediate.stop]
+    if leaf in _ROW_PARALLEL:
+        if kind == "bias":
+            return tensor if shard.rank == 0 else torch.zeros_like(tensor)
+        cols = heads(shard.heads) if leaf == "o_proj" else slice(shard.intermediate.start, shard.intermediate.stop)
+        return tensor[:, cols]
+    if name in ("embed_tokens.weight", "lm_head.weight"):
+        rows = tensor[shard.vocab.start : shard.vocab.stop]
+        padding = shard.vocab_per_rank - rows.shape[0]
+        return torch.cat([rows, rows.new_zeros(padding, rows.shape[1])]) if padding else rows
+    return tensor

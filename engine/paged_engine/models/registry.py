@@ -10,6 +10,7 @@ import torch
 from paged_engine.models.decoder import DecoderForCausalLM, DecoderSpec
 from paged_engine.models.gemma3 import gemma3_spec
 from paged_engine.models.llama import llama_family_spec
+from paged_engine.parallel.layout import TensorShard
 
 _SPECS: dict[str, Callable[[Any], DecoderSpec]] = {
     "LlamaForCausalLM": llama_family_spec,
@@ -37,11 +38,21 @@ def spec_from_config(config: Any) -> DecoderSpec:
     )
 
 
-def build_model(config: Any, dtype: torch.dtype, device: torch.device | str = "cpu") -> DecoderForCausalLM:
-    """An uninitialised model (weights allocated, not filled) ready for ``load_weights``."""
+def build_model(
+    config: Any, dtype: torch.dtype, device: torch.device | str = "cpu", tp_rank: int = 0, tp_size: int = 1
+) -> DecoderForCausalLM:
+    """An uninitialised model (weights allocated, not filled) ready for ``load_weights``; with ``tp_size > 1``,
+    rank ``tp_rank``'s share of it (its process must have joined the group: ``parallel.collectives``)."""
     spec = spec_from_config(config)
+    tp = None
+    if tp_size > 1:
+        from paged_engine.parallel.collectives import TensorParallel
+
+        shard = TensorShard(tp_rank, tp_size, spec.num_heads, spec.num_kv_heads, spec.intermediate_size,
+                            spec.vocab_size)  # fmt: skip
+        tp = TensorParallel(shard, torch.device(device))
     with torch.device("meta"):
-        model = DecoderForCausalLM(spec)
+        model = DecoderForCausalLM(spec, tp)
     model = model.to(dtype).to_empty(device=device)
     model.reset_buffers()
     return model.eval()

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 import shutil
 import signal
 import tempfile
@@ -49,7 +50,10 @@ def run_server(server: ServerConfig, config: EngineConfig, model_name: str) -> i
     ipc_dir = Path(tempfile.mkdtemp(prefix="paged-ipc-"))
     addresses = CoreProcAddresses(f"ipc://{ipc_dir}/input", f"ipc://{ipc_dir}/output")
     process = multiprocessing.get_context("spawn").Process(
-        target=run_engine_core, args=(config, addresses, server.log_level), name="EngineCore", daemon=True
+        # not daemonic: the core starts worker processes of its own; it dies with this process (process_tree)
+        target=run_engine_core,
+        args=(config, addresses, server.log_level, os.getpid()),
+        name="EngineCore",
     )
     process.start()
     try:

@@ -53,7 +53,7 @@ def bytes_per_block(model: DecoderForCausalLM, group_size: int, block_size: int,
     """Memory one block id costs: keys and values of ``block_size`` tokens in each of the shared tensors."""
     spec = model.spec
     element = torch.tensor([], dtype=dtype).element_size()
-    return group_size * 2 * block_size * spec.num_kv_heads * spec.head_dim * element
+    return group_size * 2 * block_size * model.num_local_kv_heads * spec.head_dim * element
 
 
 def available_memory(device: torch.device) -> int:
@@ -140,7 +140,7 @@ def allocate_kv_caches(
     group. Zero-filled so never-written slots (the null block) hold finite values."""
     spec = model.spec
     cfg = plan.config
-    shape = (cfg.num_blocks, cfg.block_size, spec.num_kv_heads, spec.head_dim)
+    shape = (cfg.num_blocks, cfg.block_size, model.num_local_kv_heads, spec.head_dim)
     caches = [
         (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
         for _ in range(plan.group_size)

@@ -1,0 +1,189 @@
+"""The multiprocess executor: one worker process per rank, started and reaped by the engine core.
+
+A step's input is written once to the shared-memory ring; every rank answers on its own pipe, rank 0 with the
+sampled tokens. A worker that fails to start, dies, fails a step or takes longer than its timeout ends the
+engine: the executor stops every worker (none is left behind) and raises a :class:`WorkerError` naming the rank
+and what happened, which ends the engine-core process with a non-zero exit (and ``/health`` with it).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+from paged_engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
+from paged_engine.engine.config import EngineConfig
+from paged_engine.executor import messages
+from paged_engine.executor.report import RunnerReport
+from paged_engine.executor.shm_ring import BroadcastRing, RingTimeout
+from paged_engine.executor.worker_proc import WorkerArgs, run_worker
+from paged_engine.lora.registry import LoraError, LoraRegistry
+from paged_engine.wire import LoraInfo
+
+logger = logging.getLogger(__name__)
+RING_SLOTS = 8
+RING_SLOT_BYTES = 1 << 20
+STOP_GRACE_S = 5.0
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed; the message names its rank."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Start workers without re-running the caller's script: spawn imports ``__main__`` in the child (from
+    ``__spec__`` or ``__file__``), so a script calling ``LLM(..., tensor_parallel_size=2)`` at its top level would
+    start itself again. Workers need nothing from it."""
+    main = sys.modules["__main__"]
+    saved = {name: main.__dict__[name] for name in ("__spec__", "__file__") if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
+def _exit_description(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+class MultiprocExecutor:
+    def __init__(self, config: EngineConfig, model_folder: Path, *, serving: bool) -> None:
+        self.config = config
+        self.world_size = config.world_size
+        self.loras: LoraRegistry | None = None  # refused under tensor parallelism by EngineConfig
+        self.ring = BroadcastRing.create(self.world_size, RING_SLOTS, RING_SLOT_BYTES)
+        self.workers: list[BaseProcess] = []
+        self.pipes: list[Connection] = []
+        self._phases: dict[str, float] = {}
+        self._stopped = False
+        context = multiprocessing.get_context("spawn")
+        init_method = f"tcp://127.0.0.1:{_free_port()}"
+        log_level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+        try:
+            for rank in range(self.world_size):
+                receive, send = context.Pipe(duplex=False)
+                args = WorkerArgs(config, model_folder, rank, init_method, self.ring.name, RING_SLOTS,
+                                  RING_SLOT_BYTES, serving, os.getpid(), str(log_level))  # fmt: skip
+                process = context.Process(target=run_worker, args=(args, send), name=f"paged-worker-{rank}",
+                                          daemon=True)  # fmt: skip
+                with _main_module_hidden():
+                    process.start()
+                send.close()
+                self.workers.append(process)
+                self.pipes.append(receive)
+            ready = self._collect(messages.WorkerReady, config.worker_start_timeout, "start-up")
+        except BaseException:
+            self.shutdown()
+            raise
+        self.report: RunnerReport = ready[0].report
+        atexit.register(self.shutdown)  # an LLM left to the end of its script: stop the workers, free the ring
+        logger.info("%d workers ready (tensor parallel, %s), pids %s", self.world_size,
+                    self.report.collective_backend, [p.pid for p in self.workers])  # fmt: skip
+
+    # ---- steps --------------------------------------------------------------------------------------------------
+
+    def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
+        timeout = self.config.worker_step_timeout
+        try:
+            self.ring.write(messages.encode(messages.RunStep(scheduler_output)), timeout, self._check_alive)
+        except RingTimeout as exc:
+            self._fail(f"the workers did not take the next step: {exc}")
+        done = self._collect(messages.StepDone, timeout, "a step")
+        self._phases = done[0].phases
+        output = done[0].output
+        assert output is not None
+        return output
+
+    def last_phases(self) -> dict[str, float]:
+        return self._phases
+
+    def _collect(self, kind: type, timeout_s: float, what: str) -> list:
+        """One ``kind`` message from every rank, in rank order; a failure, a death or the timeout raises."""
+        got: dict[int, object] = {}
+        deadline = time.monotonic() + timeout_s
+        sentinels = {p.sentinel: rank for rank, p in enumerate(self.workers)}
+        while len(got) < self.world_size:
+            waiting = [pipe for rank, pipe in enumerate(self.pipes) if rank not in got]
+            ready = wait([*waiting, *sentinels], timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                late = [rank for rank in range(self.world_size) if rank not in got]
+                self._fail(f"worker rank(s) {late} did not finish {what} within {timeout_s:g} s (hung?)")
+            for item in ready:
+                if item in sentinels:
+                    continue  # read what the dead worker sent first, then report its death
+                rank = self.pipes.index(item)  # type: ignore[arg-type]
+                try:
+                    message = messages.decode_from_worker(item.recv_bytes())  # type: ignore[union-attr]
+                except EOFError:
+                    continue
+                if isinstance(message, messages.WorkerFailed):
+                    self._fail(f"worker rank {message.rank} failed during {what}: {message.error}")
+                if not isinstance(message, kind):
+                    self._fail(f"worker rank {rank} sent {type(message).__name__} during {what}")
+                got[rank] = message
+            for sentinel, rank in sentinels.items():
+                if sentinel in ready and rank not in got:
+                    code = self.workers[rank].exitcode
+                    self._fail(f"worker rank {rank} {_exit_description(code)} during {what}")
+        return [got[rank] for rank in range(self.world_size)]
+
+    def _check_alive(self) -> None:
+        for rank, process in enumerate(self.workers):
+            if not process.is_alive():
+                self._fail(f"worker rank {rank} {_exit_description(process.exitcode)}")
+
+    def _fail(self, why: str) -> None:
+        logger.error("%s; stopping every worker", why)
+        self.shutdown()
+        raise WorkerError(why)
+
+    # ---- adapters (not served under tensor parallelism yet) ---------------------------------------------------
+
+    def load_lora(self, name: str, path: str) -> LoraInfo:
+        raise LoraError("LoRA is off: adapters are not served under tensor parallelism yet", 409)
+
+    def unload_lora(self, cache_id: str) -> None:
+        raise LoraError("LoRA is off: adapters are not served under tensor parallelism yet", 409)
+
+    # ---- the end ------------------------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Stop every worker (asked first, then killed) and free the ring; safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if all(p.is_alive() for p in self.workers) and self.workers:
+            with contextlib.suppress(RingTimeout):
+                self.ring.write(messages.encode(messages.StopWorkers()), timeout_s=1.0)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for process in self.workers:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(STOP_GRACE_S)
+        for pipe in self.pipes:
+            pipe.close()
+        self.ring.close(unlink=True)

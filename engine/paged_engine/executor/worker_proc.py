@@ -1,0 +1,104 @@
+"""A worker process: one rank of the model. It joins the ranks' process group, runs the start-up stages on its
+share of the model, then runs every step the engine core broadcasts until told to stop.
+
+Every rank runs the whole step, sampling included (the gathered logits are the same on all ranks, and so is the
+random state, seeded alike), so each rank's input batch stays in step without sending tokens back down; only
+rank 0's output goes to the core. A worker dies with the process that started it (``PR_SET_PDEATHSIG``), and
+any failure is reported up its pipe, naming its rank, before it exits non-zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import os
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from paged_engine.engine.config import EngineConfig
+from paged_engine.executor import messages
+from paged_engine.executor.shm_ring import BroadcastRing, RingReader
+from paged_engine.process_tree import die_with_parent
+
+log = logging.getLogger("paged_engine.worker")
+
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    config: EngineConfig
+    model_folder: Path
+    rank: int
+    init_method: str  # where the ranks meet (tcp://127.0.0.1:PORT on one host)
+    ring_name: str
+    ring_slots: int
+    ring_slot_bytes: int
+    serving: bool
+    parent_pid: int
+    log_level: str
+
+
+def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
+    """The rank's own settings: its GPU (``cuda:RANK``) and, on a CPU, its share of the host's cores."""
+    import torch
+
+    changes: dict[str, object] = {}
+    if config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available()):
+        changes["device"] = f"cuda:{rank}"
+    elif config.num_threads is None:
+        changes["num_threads"] = max(1, (os.cpu_count() or 1) // config.world_size)
+    return dataclasses.replace(config, **changes) if changes else config
+
+
+def run_worker(args: WorkerArgs, conn: Connection) -> None:
+    """Process entry point. Exits 0 when told to stop, 1 after reporting a failure."""
+    die_with_parent(args.parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the engine core decides when workers stop
+    logging.basicConfig(level=args.log_level.upper(),
+                        format=f"%(asctime)s %(levelname)s Worker{args.rank} %(name)s: %(message)s")  # fmt: skip
+    rank = args.rank
+    try:
+        import torch
+
+        from paged_engine.engine import startup
+        from paged_engine.executor.in_process import runner_report
+        from paged_engine.parallel.collectives import init_group
+        from paged_engine.tokenizer import load_tokenizer
+
+        config = rank_config(args.config, rank)
+        device = startup.resolve_device(config.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        backend = init_group(rank, config.world_size, args.init_method, device, config.worker_step_timeout)
+        tokenizer = lambda: load_tokenizer(args.model_folder)  # noqa: E731
+        built = startup.start_runner(config, args.model_folder, serving=args.serving, load_tokenizer=tokenizer,
+                                     tp_rank=rank)  # fmt: skip
+        conn.send_bytes(messages.encode(messages.WorkerReady(rank, runner_report(built, backend))))
+    except Exception as exc:
+        log.exception("worker %d failed to start", rank)
+        conn.send_bytes(messages.encode(messages.WorkerFailed(rank, f"{type(exc).__name__}: {exc}")))
+        os._exit(1)
+    gc.collect()
+    gc.freeze()
+    reader = RingReader(BroadcastRing.attach(args.ring_name, config.world_size, args.ring_slots,
+                                             args.ring_slot_bytes), rank)  # fmt: skip
+
+    def parent_alive() -> None:
+        if os.getppid() != args.parent_pid:
+            os._exit(1)
+
+    runner = built.runner.runner
+    while True:
+        message = messages.decode_to_workers(reader.read(check=parent_alive))
+        if isinstance(message, messages.StopWorkers):
+            os._exit(0)
+        try:
+            output = runner.execute_model(message.scheduler_output)
+        except Exception as exc:
+            log.exception("worker %d failed a step", rank)
+            conn.send_bytes(messages.encode(messages.WorkerFailed(rank, f"{type(exc).__name__}: {exc}")))
+            os._exit(1)
+        done = messages.StepDone(rank, output if rank == 0 else None, runner.last_phases)
+        conn.send_bytes(messages.encode(done))
