@@ -25,10 +25,10 @@ def _common() -> dict:
     )
 
 
-def tiny_config(arch: str):
+def tiny_config(arch: str, vocab_size: int = VOCAB):
     import transformers as tf
 
-    common = _common()
+    common = {**_common(), "vocab_size": vocab_size}
     if arch == "llama":
         return tf.LlamaConfig(**common, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     if arch == "mistral":
@@ -52,11 +52,11 @@ def tiny_config(arch: str):
 ARCHS = ["llama", "mistral", "qwen2", "qwen3", "gemma3"]
 
 
-def save_tiny_model(arch: str, folder: Path, seed: int = 0) -> Path:
+def save_tiny_model(arch: str, folder: Path, seed: int = 0, vocab_size: int = VOCAB) -> Path:
     """Build a random model with transformers and save it (fp32 safetensors) under ``folder``."""
     import transformers as tf
 
-    config = tiny_config(arch)
+    config = tiny_config(arch, vocab_size)
     torch.manual_seed(seed)
     cls = tf.Gemma3ForCausalLM if arch == "gemma3" else tf.AutoModelForCausalLM
     model = cls.from_config(config) if cls is tf.AutoModelForCausalLM else cls(config)

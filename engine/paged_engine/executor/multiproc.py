@@ -29,12 +29,24 @@ from paged_engine.executor.report import RunnerReport
 from paged_engine.executor.shm_ring import BroadcastRing, RingTimeout
 from paged_engine.executor.worker_proc import WorkerArgs, run_worker
 from paged_engine.lora.registry import LoraError, LoraRegistry
+from paged_engine.parallel.layout import TensorShard
 from paged_engine.wire import LoraInfo
 
 logger = logging.getLogger(__name__)
 RING_SLOTS = 8
 RING_SLOT_BYTES = 1 << 20
 STOP_GRACE_S = 5.0
+PEER_DEATH_GRACE_S = 1.0  # how long a rank's failure waits to learn whether a dead peer caused it
+
+
+def check_cut(model_folder: Path, tensor_parallel_size: int) -> None:
+    """Refuse a size the model cannot be cut by (a :class:`ShardingError` naming the sizes) before any worker
+    starts."""
+    from paged_engine.loader.hf import load_hf_config
+    from paged_engine.models.registry import spec_from_config
+
+    spec = spec_from_config(load_hf_config(model_folder))
+    TensorShard(0, tensor_parallel_size, spec.num_heads, spec.num_kv_heads, spec.intermediate_size, spec.vocab_size)
 
 
 class WorkerError(RuntimeError):
@@ -74,6 +86,7 @@ class MultiprocExecutor:
         self.config = config
         self.world_size = config.world_size
         self.loras: LoraRegistry | None = None  # refused under tensor parallelism by EngineConfig
+        check_cut(model_folder, config.tensor_parallel_size)
         self.ring = BroadcastRing.create(self.world_size, RING_SLOTS, RING_SLOT_BYTES)
         self.workers: list[BaseProcess] = []
         self.pipes: list[Connection] = []
@@ -130,7 +143,9 @@ class MultiprocExecutor:
             ready = wait([*waiting, *sentinels], timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 late = [rank for rank in range(self.world_size) if rank not in got]
-                self._fail(f"worker rank(s) {late} did not finish {what} within {timeout_s:g} s (hung?)")
+                why = f"worker rank(s) {late} did not finish {what} within {timeout_s:g} s"
+                idle = self.ring.unread_by() if what == "a step" else []
+                self._fail(why + (f"; rank(s) {idle} never took the step (hung or stopped)" if idle else ""))
             for item in ready:
                 if item in sentinels:
                     continue  # read what the dead worker sent first, then report its death
@@ -140,15 +155,30 @@ class MultiprocExecutor:
                 except EOFError:
                     continue
                 if isinstance(message, messages.WorkerFailed):
-                    self._fail(f"worker rank {message.rank} failed during {what}: {message.error}")
+                    self._fail(self._root_cause(message, what))
                 if not isinstance(message, kind):
                     self._fail(f"worker rank {rank} sent {type(message).__name__} during {what}")
                 got[rank] = message
             for sentinel, rank in sentinels.items():
                 if sentinel in ready and rank not in got:
+                    self.workers[rank].join(STOP_GRACE_S)  # its pipe closes a moment before it can be reaped
                     code = self.workers[rank].exitcode
                     self._fail(f"worker rank {rank} {_exit_description(code)} during {what}")
         return [got[rank] for rank in range(self.world_size)]
+
+    def _root_cause(self, failed: messages.WorkerFailed, what: str) -> str:
+        """A rank's failure, or, when another rank has died, that death: a dead peer breaks the collectives of
+        the ranks left, whose own errors are only its consequence."""
+        deadline = time.monotonic() + PEER_DEATH_GRACE_S
+        while time.monotonic() < deadline:
+            # a signal, not an exit after reporting its own failure (code 1)
+            dead = [r for r, p in enumerate(self.workers) if r != failed.rank and (p.exitcode or 0) < 0]
+            if dead:
+                code = self.workers[dead[0]].exitcode
+                return (f"worker rank {dead[0]} {_exit_description(code)} during {what} (rank {failed.rank} then "
+                        f"failed: {failed.error})")  # fmt: skip
+            time.sleep(0.05)
+        return f"worker rank {failed.rank} failed during {what}: {failed.error}"
 
     def _check_alive(self) -> None:
         for rank, process in enumerate(self.workers):

@@ -95,6 +95,13 @@ class BroadcastRing:
             struct.pack_into("<q", self.buf, base, seq)  # publish last
             self.next_seq += 1
 
+    def unread_by(self) -> list[int]:
+        """The readers that have not read the last piece written (all of them before any is written)."""
+        if self.next_seq == 1:
+            return list(range(self.num_readers))
+        flags = self._offset(self.next_seq - 1) + _HEADER.size
+        return [i for i in range(self.num_readers) if not self.buf[flags + i]]
+
     def close(self, unlink: bool = False) -> None:
         self.buf = None  # type: ignore[assignment]
         self.shm.close()
