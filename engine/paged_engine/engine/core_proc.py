@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from paged_engine.engine.engine_core import EngineCore
 
 log = logging.getLogger("paged_engine.core_proc")
+IDLE_HEALTH_CHECK_S = 1.0  # how soon an idle engine notices a dead worker (and fails /health by exiting)
 
 
 @dataclass
@@ -156,8 +157,12 @@ def run_engine_core(config: EngineConfig, addresses: CoreProcAddresses, log_leve
         while not loop.stopping:
             busy = engine.has_unfinished_requests()
             messages = []
-            if not busy:
-                messages.append(inbox.get())  # idle: sleep until something arrives
+            if not busy:  # idle: sleep until something arrives, checking on the workers now and then
+                while not messages:
+                    try:
+                        messages.append(inbox.get(timeout=IDLE_HEALTH_CHECK_S))
+                    except queue.Empty:
+                        engine.check_health()
             while True:
                 try:
                     messages.append(inbox.get_nowait())

@@ -89,6 +89,10 @@ class EngineCore:
         """Stop the worker processes, if any."""
         self.executor.shutdown()
 
+    def check_health(self) -> None:
+        """Raise if a worker process has died (an idle engine calls this; a step finds out by itself)."""
+        self.executor.check_health()
+
     # ---- requests ----
 
     def add_request(self, request: Request) -> None:

@@ -68,5 +68,8 @@ class InProcessExecutor:
         assert self.built.loaded.lora_slots is not None
         self.built.loaded.lora_slots.unload(cache_id)
 
+    def check_health(self) -> None:
+        """Nothing runs apart from this process: alive while it is."""
+
     def shutdown(self) -> None:
         """Nothing runs apart from this process."""

@@ -180,6 +180,10 @@ class MultiprocExecutor:
             time.sleep(0.05)
         return f"worker rank {failed.rank} failed during {what}: {failed.error}"
 
+    def check_health(self) -> None:
+        """Raise a :class:`WorkerError` if a worker has exited (and stop the others)."""
+        self._check_alive()
+
     def _check_alive(self) -> None:
         for rank, process in enumerate(self.workers):
             if not process.is_alive():
