@@ -137,9 +137,6 @@ class EngineConfig:
         for name in ("worker_start_timeout", "worker_step_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive seconds, got {getattr(self, name)}")
-        if self.tensor_parallel_size > 1 and self.lora_enabled:
-            raise ValueError("LoRA adapters are not served under tensor parallelism yet: drop --enable-lora and"
-                             " --lora-modules, or set --tensor-parallel-size 1")  # fmt: skip
 
     def _validate_lora(self) -> None:
         if isinstance(self.lora_modules, str | LoraModule):

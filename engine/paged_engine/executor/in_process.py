@@ -12,11 +12,24 @@ from paged_engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutpu
 from paged_engine.engine import startup
 from paged_engine.engine.config import EngineConfig
 from paged_engine.executor.report import RunnerReport, group_layouts
-from paged_engine.lora.adapter import load_adapter, read_rank
-from paged_engine.lora.registry import LoraError, LoraRegistry
+from paged_engine.lora.adapter import read_rank
+from paged_engine.lora.registry import LoadedLora, LoraError, LoraRegistry
 from paged_engine.wire import LoraInfo
 
 logger = logging.getLogger(__name__)
+
+
+def add_adapter(registry: LoraRegistry, name: str, path: str, install: Callable[[LoadedLora], object]) -> LoraInfo:
+    """Register ``name`` in a free slot and have ``install`` read it into that slot (every rank's, under tensor
+    parallelism); a refusal of either leaves the registry as it was."""
+    lora = registry.add(name, str(path), read_rank(path))  # cheap refusals before the weights are read
+    try:
+        install(lora)
+    except BaseException:
+        registry.remove(name)
+        raise
+    logger.info("LoRA adapter %r loaded from %s (rank %d, slot %d)", name, path, lora.rank, lora.slot)
+    return LoraInfo(lora.name, lora.path, lora.rank, lora.slot)
 
 
 def runner_report(built: startup.StartedRunner, collective_backend: str = "none") -> RunnerReport:
@@ -54,15 +67,10 @@ class InProcessExecutor:
         return self.runner.last_phases
 
     def load_lora(self, name: str, path: str) -> LoraInfo:
-        loaded = self.built.loaded
-        if self.loras is None or loaded.lora_slots is None:
+        slots = self.built.loaded.lora_slots
+        if self.loras is None or slots is None:
             raise LoraError("LoRA is off: start the engine with --enable-lora or --lora-modules", 409)
-        self.loras.check_load(name, read_rank(path))  # cheap refusals before the weights are read
-        adapter = load_adapter(path, loaded.model.spec, self.built.placement.dtype)
-        lora = self.loras.add(name, str(path), adapter.rank)
-        loaded.lora_slots.load(lora.slot, lora.cache_id, adapter)
-        logger.info("LoRA adapter %r loaded from %s (rank %d, slot %d)", name, path, lora.rank, lora.slot)
-        return LoraInfo(lora.name, lora.path, lora.rank, lora.slot)
+        return add_adapter(self.loras, name, path, lambda lora: slots.load_folder(lora.slot, lora.cache_id, path))
 
     def unload_lora(self, cache_id: str) -> None:
         assert self.built.loaded.lora_slots is not None

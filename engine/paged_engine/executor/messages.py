@@ -17,6 +17,16 @@ class StopWorkers(msgspec.Struct, tag="stop", array_like=True):
     pass
 
 
+class LoadAdapter(msgspec.Struct, tag="load_adapter", array_like=True):
+    slot: int
+    cache_id: str
+    path: str
+
+
+class UnloadAdapter(msgspec.Struct, tag="unload_adapter", array_like=True):
+    cache_id: str
+
+
 class WorkerReady(msgspec.Struct, tag="ready", array_like=True):
     rank: int
     report: RunnerReport
@@ -33,8 +43,13 @@ class StepDone(msgspec.Struct, tag="step_done", array_like=True):
     phases: dict[str, float]
 
 
-ToWorkers = RunStep | StopWorkers
-FromWorker = WorkerReady | WorkerFailed | StepDone
+class AdapterDone(msgspec.Struct, tag="adapter_done", array_like=True):
+    rank: int
+    refusal: str | None  # why this rank could not read the adapter (its slots unchanged); None: done
+
+
+ToWorkers = RunStep | StopWorkers | LoadAdapter | UnloadAdapter
+FromWorker = WorkerReady | WorkerFailed | StepDone | AdapterDone
 
 _to_workers = msgspec.msgpack.Decoder(ToWorkers)
 _from_worker = msgspec.msgpack.Decoder(FromWorker)

@@ -25,6 +25,7 @@ from pathlib import Path
 from paged_engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
 from paged_engine.engine.config import EngineConfig
 from paged_engine.executor import messages
+from paged_engine.executor.in_process import add_adapter
 from paged_engine.executor.report import RunnerReport
 from paged_engine.executor.shm_ring import BroadcastRing, RingTimeout
 from paged_engine.executor.worker_proc import WorkerArgs, run_worker
@@ -85,7 +86,7 @@ class MultiprocExecutor:
     def __init__(self, config: EngineConfig, model_folder: Path, *, serving: bool) -> None:
         self.config = config
         self.world_size = config.world_size
-        self.loras: LoraRegistry | None = None  # refused under tensor parallelism by EngineConfig
+        self.loras = LoraRegistry(config.max_loras, config.max_lora_rank) if config.lora_enabled else None
         check_cut(model_folder, config.tensor_parallel_size)
         self.ring = BroadcastRing.create(self.world_size, RING_SLOTS, RING_SLOT_BYTES)
         self.workers: list[BaseProcess] = []
@@ -194,13 +195,27 @@ class MultiprocExecutor:
         self.shutdown()
         raise WorkerError(why)
 
-    # ---- adapters (not served under tensor parallelism yet) ---------------------------------------------------
+    # ---- adapters: every rank reads its share into the same slot --------------------------------------------
 
     def load_lora(self, name: str, path: str) -> LoraInfo:
-        raise LoraError("LoRA is off: adapters are not served under tensor parallelism yet", 409)
+        if self.loras is None:
+            raise LoraError("LoRA is off: start the engine with --enable-lora or --lora-modules", 409)
+        return add_adapter(self.loras, name, path, lambda lora: self._on_every_rank(
+            messages.LoadAdapter(lora.slot, lora.cache_id, str(path)), "loading an adapter"))  # fmt: skip
 
     def unload_lora(self, cache_id: str) -> None:
-        raise LoraError("LoRA is off: adapters are not served under tensor parallelism yet", 409)
+        self._on_every_rank(messages.UnloadAdapter(cache_id), "unloading an adapter")
+
+    def _on_every_rank(self, message: messages.LoadAdapter | messages.UnloadAdapter, what: str) -> None:
+        """Broadcast an adapter change and wait for every rank; the first refusal is raised as a LoraError."""
+        timeout = self.config.worker_step_timeout
+        try:
+            self.ring.write(messages.encode(message), timeout, self._check_alive)
+        except RingTimeout as exc:
+            self._fail(f"the workers did not take an adapter change: {exc}")
+        refusals = [done.refusal for done in self._collect(messages.AdapterDone, timeout, what) if done.refusal]
+        if refusals:
+            raise LoraError(refusals[0], param="path")
 
     # ---- the end ------------------------------------------------------------------------------------------------
 

@@ -17,11 +17,16 @@ import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paged_engine.engine.config import EngineConfig
 from paged_engine.executor import messages
 from paged_engine.executor.shm_ring import BroadcastRing, RingReader
+from paged_engine.lora.registry import LoraError
 from paged_engine.process_tree import die_with_parent
+
+if TYPE_CHECKING:
+    from paged_engine.worker.model_runner import ModelRunner
 
 log = logging.getLogger("paged_engine.worker")
 
@@ -95,10 +100,28 @@ def run_worker(args: WorkerArgs, conn: Connection) -> None:
         if isinstance(message, messages.StopWorkers):
             os._exit(0)
         try:
-            output = runner.execute_model(message.scheduler_output)
+            reply = handle(runner, rank, message)
         except Exception as exc:
             log.exception("worker %d failed a step", rank)
             conn.send_bytes(messages.encode(messages.WorkerFailed(rank, f"{type(exc).__name__}: {exc}")))
             os._exit(1)
-        done = messages.StepDone(rank, output if rank == 0 else None, runner.last_phases)
-        conn.send_bytes(messages.encode(done))
+        conn.send_bytes(messages.encode(reply))
+
+
+def handle(
+    runner: ModelRunner, rank: int, message: messages.RunStep | messages.LoadAdapter | messages.UnloadAdapter
+) -> messages.StepDone | messages.AdapterDone:
+    """One broadcast message's work and this rank's answer; an exception is the worker's end."""
+    if isinstance(message, messages.RunStep):
+        output = runner.execute_model(message.scheduler_output)
+        return messages.StepDone(rank, output if rank == 0 else None, runner.last_phases)
+    slots = runner.lora
+    assert slots is not None, "adapter messages come only with LoRA on"
+    if isinstance(message, messages.UnloadAdapter):
+        slots.unload(message.cache_id)
+        return messages.AdapterDone(rank, None)
+    try:
+        slots.load_folder(message.slot, message.cache_id, message.path)
+    except LoraError as exc:
+        return messages.AdapterDone(rank, str(exc))
+    return messages.AdapterDone(rank, None)

@@ -20,7 +20,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from paged_engine.lora.registry import LoraError
-from paged_engine.models.decoder import DecoderSpec
+from paged_engine.models.decoder import ROW_PARALLEL, DecoderSpec, shard_tensor
+from paged_engine.parallel.layout import TensorShard
 
 # fused linear -> the Hugging Face projections it holds, in output order
 FUSED_PROJECTIONS: dict[str, tuple[str, ...]] = {
@@ -32,10 +33,13 @@ FUSED_PROJECTIONS: dict[str, tuple[str, ...]] = {
 _PLACE = {hf: (fused, i) for fused, subs in FUSED_PROJECTIONS.items() for i, hf in enumerate(subs)}
 
 
-def projection_shapes(spec: DecoderSpec) -> dict[str, tuple[int, int]]:
-    """``(in_features, out_features)`` of every Hugging Face projection an adapter may target."""
-    q, kv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
-    hidden, inter = spec.hidden_size, spec.intermediate_size
+def projection_shapes(spec: DecoderSpec, shard: TensorShard | None = None) -> dict[str, tuple[int, int]]:
+    """``(in_features, out_features)`` of every Hugging Face projection an adapter may target (of a rank's share
+    under tensor parallelism)."""
+    heads = len(shard.heads) if shard else spec.num_heads
+    kv_heads = len(shard.kv_heads) if shard else spec.num_kv_heads
+    q, kv = heads * spec.head_dim, kv_heads * spec.head_dim
+    hidden, inter = spec.hidden_size, len(shard.intermediate) if shard else spec.intermediate_size
     return {
         "q_proj": (hidden, q), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (q, hidden),
         "gate_proj": (hidden, inter), "up_proj": (hidden, inter), "down_proj": (inter, hidden),
@@ -115,8 +119,12 @@ def _place(key: str, num_layers: int, where: str) -> tuple[int, str, str]:
                     param="path")  # fmt: skip
 
 
-def load_adapter(folder: str | Path, spec: DecoderSpec, dtype: torch.dtype) -> LoraAdapter:
-    """The adapter at ``folder`` for a model of ``spec``; every mismatch is a :class:`LoraError` naming it."""
+def load_adapter(
+    folder: str | Path, spec: DecoderSpec, dtype: torch.dtype, shard: TensorShard | None = None
+) -> LoraAdapter:
+    """The adapter at ``folder`` for a model of ``spec`` (a rank's share of it under tensor parallelism: ``B``
+    cut like a column-parallel weight's rows, ``A`` like a row-parallel weight's columns); every mismatch is a
+    :class:`LoraError` naming it."""
     path = Path(folder)
     rank, scale = _check_supported(read_adapter_config(path), path)
     where = _where(path)
@@ -144,7 +152,14 @@ def load_adapter(folder: str | Path, spec: DecoderSpec, dtype: torch.dtype) -> L
         if set(pair) != {"A", "B"}:
             raise LoraError(f"{where}: layer {layer} {proj} has lora_{''.join(pair)} but not both", param="path")
         fused, sub = _PLACE[proj]
-        a = pair["A"].to(dtype)
-        b = (pair["B"].float() * scale).to(dtype)
+        a, b = pair["A"], pair["B"]
+        if shard is not None:  # the cut of the weight this pair adapts (shard_tensor's rules by projection name)
+            name = f"layers.{layer}.{proj}.weight"
+            if proj in ROW_PARALLEL:
+                a = shard_tensor(shard, name, a, spec.head_dim)
+            else:
+                b = shard_tensor(shard, name, b, spec.head_dim)
+        a = a.to(dtype)
+        b = (b.float() * scale).to(dtype)
         adapter.weights.setdefault((layer, fused), {})[sub] = (a, b)
     return adapter

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from paged_engine.lora.adapter import FUSED_PROJECTIONS, LoraAdapter, projection_shapes
+from paged_engine.lora.adapter import FUSED_PROJECTIONS, LoraAdapter, load_adapter, projection_shapes
 from paged_engine.models.decoder import DecoderForCausalLM
 
 # One segment: the slot and the token rows it covers (None: every token of the step).
@@ -68,7 +68,8 @@ class LoraSlots:
         self.max_loras, self.max_rank, self.dtype, self.device = max_loras, max_rank, dtype, torch.device(device)
         self.segments: list[Segment] = []
         self.slot_of: dict[str, int] = {}  # cache id of a loaded adapter -> its slot
-        shapes = projection_shapes(model.spec)
+        self.spec, self.shard = model.spec, model.tp.shard if model.tp is not None else None
+        shapes = projection_shapes(self.spec, self.shard)
         self.linears: dict[tuple[int, str], LoraLinear] = {}
         for index, layer in enumerate(model.layers):
             for fused, subs in FUSED_PROJECTIONS.items():
@@ -89,6 +90,13 @@ class LoraSlots:
             linear.load(slot, adapter.weights.get(key, {}))
         self.slot_of = {k: v for k, v in self.slot_of.items() if v != slot}
         self.slot_of[cache_id] = slot
+
+    def load_folder(self, slot: int, cache_id: str, path: str) -> int:
+        """Read the PEFT adapter at ``path`` (this rank's share of it) into ``slot``; returns its rank. A
+        :class:`LoraError` names what is wrong with it and changes nothing."""
+        adapter = load_adapter(path, self.spec, self.dtype, self.shard)
+        self.load(slot, cache_id, adapter)
+        return adapter.rank
 
     def unload(self, cache_id: str) -> None:
         """Forget ``cache_id`` (its slot's weights are overwritten by the next load into it)."""

@@ -298,7 +298,7 @@ class DecoderForCausalLM(nn.Module):
 
 # Checkpoint tensors cut by output rows (dim 0) or input columns (dim 1) under tensor parallelism, by leaf name.
 _HEAD_ROWS, _KV_ROWS, _MLP_ROWS = ("q_proj",), ("k_proj", "v_proj"), ("gate_proj", "up_proj")
-_ROW_PARALLEL = ("o_proj", "down_proj")  # inputs cut; outputs summed over ranks, so one rank adds the bias
+ROW_PARALLEL = ("o_proj", "down_proj")  # inputs cut; outputs summed over ranks, so one rank adds the bias
 
 
 def shard_tensor(shard: TensorShard, name: str, tensor: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -312,7 +312,7 @@ def shard_tensor(shard: TensorShard, name: str, tensor: torch.Tensor, head_dim: 
         return tensor[heads(shard.kv_heads)]
     if leaf in _MLP_ROWS:
         return tensor[shard.intermediate.start : shard.intermediate.stop]
-    if leaf in _ROW_PARALLEL:
+    if leaf in ROW_PARALLEL:
         if kind == "bias":
             return tensor if shard.rank == 0 else torch.zeros_like(tensor)
         cols = heads(shard.heads) if leaf == "o_proj" else slice(shard.intermediate.start, shard.intermediate.stop)

@@ -6,6 +6,7 @@ sampler run identically on all ranks, so no rank waits on a collective the other
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -30,22 +31,28 @@ def init_group(rank: int, world_size: int, init_method: str, device: torch.devic
     return backend
 
 
-@dataclass(frozen=True)
+@dataclass
 class TensorParallel:
-    """A model's share (``shard``) and the sums and gathers that join the shares back up."""
+    """A model's share (``shard``) and the sums and gathers that join the shares back up. ``seconds`` adds up
+    the time spent in them (the runner reports it per step as the ``all_reduce`` phase; on a GPU, the launches)."""
 
     shard: TensorShard
     device: torch.device
+    seconds: float = 0.0
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """The sum of every rank's partial ``x`` (row-parallel outputs, vocabulary-parallel embeddings)."""
+        start = time.perf_counter()
         dist.all_reduce(x)
+        self.seconds += time.perf_counter() - start
         return x
 
     def gather_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """Each rank's ``[rows, vocab_per_rank]`` logits joined into ``[rows, vocab]``, padding cut off."""
+        start = time.perf_counter()
         pieces = [torch.empty_like(logits) for _ in range(self.shard.size)]
         dist.all_gather(pieces, logits.contiguous())
+        self.seconds += time.perf_counter() - start
         return torch.cat(pieces, dim=-1)[:, : self.shard.vocab_size]
 
     def min(self, value: int) -> int:

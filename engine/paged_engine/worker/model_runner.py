@@ -221,15 +221,24 @@ class ModelRunner:
         clock.lap("prepare")
         if self.timed_attention is not None:
             self.timed_attention.seconds = 0.0
+        tp = self.model.tp
+        if tp is not None:
+            tp.seconds = 0.0
         hidden = self._forward(inputs)
         clock.lap("model")
         if self.timed_attention is not None:
             clock.phases["model"] -= self.timed_attention.seconds
             clock.phases["attention"] = self.timed_attention.seconds
+        if tp is not None:
+            clock.phases["model"] -= tp.seconds
+            forward_collectives, tp.seconds = tp.seconds, 0.0
         try:
             self._sample(inputs, hidden, result)
         finally:
             clock.lap("sample")
+        if tp is not None:  # the forward pass's sums, and the logits' gathers charged to sampling
+            clock.phases["sample"] -= tp.seconds
+            clock.phases["all_reduce"] = forward_collectives + tp.seconds
         return result
 
     def _sample(self, inputs: StepInputs, hidden: torch.Tensor, result: ModelRunnerOutput) -> None:

@@ -1,7 +1,8 @@
 """Where a step's time goes inside the model runner, for the step-time breakdown (``paged_step_phase_seconds``).
 
 Phases: ``prepare`` (state updates, inputs built and copied), ``model`` (the forward pass less attention),
-``attention`` (the attention kernels: KV-cache writes and paged attention), ``sample`` (logits and sampling).
+``attention`` (the attention kernels: KV-cache writes and paged attention), ``sample`` (logits and sampling), and
+under tensor parallelism ``all_reduce`` (the collectives joining the ranks' shares, taken out of the others).
 On a CPU every kernel is synchronous, so wall-clock laps are exact. On a GPU launches return at once: the
 forward pass then times its launches, and the wait for the GPU lands in ``sample`` (its first host read), so
 there ``attention`` is not measured separately.
