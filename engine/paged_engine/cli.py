@@ -144,6 +144,14 @@ def serve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ModelSourceError as exc:
         print(f"error: {exc.termination_message()}", file=sys.stderr)
         return 1
+    if server.headless:  # this host's ranks only: the API server and the scheduler run on host 0
+        from paged_engine.engine.startup import resolve_model_folder
+        from paged_engine.executor.node_agent import run_node
+
+        try:
+            return run_node(config, resolve_model_folder(config))
+        except ValueError as exc:
+            parser.error(str(exc))
     from paged_engine.server.launcher import run_server  # the server stack loads for serve only, not download
 
     return run_server(server, config, model_name)

@@ -125,3 +125,28 @@ def test_live_limits_are_refused_below_the_starting_budgets() -> None:
         SchedulerConfig(max_num_seqs_limit=64).resolved("cpu", serving=True)
     limits = SchedulerConfig(max_num_seqs=300).resolved("cpu", serving=True).live_limits()
     assert (limits.max_num_seqs, limits.max_num_batched_tokens) == (300, 32768)
+
+
+def test_parallel_settings_from_flags_or_torchrun_style_environment(monkeypatch) -> None:
+    hosts = ("--tensor-parallel-size", "4", "--nnodes", "2", "--node-rank", "1", "--master-port", "29500")
+    config = engine_config(serve_args(*hosts))
+    assert (config.world_size, config.local_world_size, config.node_rank, config.master_port) == (4, 2, 1, 29500)
+    for name, value in {"NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29501"}.items():
+        monkeypatch.setenv(name, value)
+    config = EngineConfig.from_kwargs(tensor_parallel_size=2)
+    assert (config.nnodes, config.node_rank, config.master_addr, config.master_port) == (2, 1, "10.0.0.1", 29501)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"tensor_parallel_size": 0}, r"tensor_parallel_size must be in \[1, 64\], got 0"),
+        ({"tensor_parallel_size": 3, "nnodes": 2, "master_port": 29500}, "3 must be a multiple of nnodes 2"),
+        ({"tensor_parallel_size": 2, "nnodes": 2}, "several hosts need --master-port"),
+        ({"tensor_parallel_size": 2, "nnodes": 2, "node_rank": 2, "master_port": 1}, r"node_rank must be in \[0, "),
+        ({"worker_step_timeout": 0}, "worker_step_timeout must be positive seconds"),
+    ],
+)
+def test_bad_parallel_settings_are_refused_naming_the_limit(settings, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        EngineConfig.from_kwargs(**settings)

@@ -88,6 +88,21 @@ class EngineConfig:
         1, "devices the model is cut across (heads, MLP rows and vocabulary); above 1, one worker process per"
         " rank, joined by gloo on a CPU and NCCL on a GPU",
     )  # fmt: skip
+    nnodes: int = setting(
+        1, "hosts the ranks are spread over, tensor-parallel-size / nnodes on each; hosts other than the first run"
+        " `paged-engine serve --headless --node-rank N`", env="NNODES", parse=int,
+    )  # fmt: skip
+    node_rank: int = setting(
+        0, "this host's index among --nnodes (0: the one with the API server)", env="NODE_RANK", parse=int
+    )
+    master_addr: str = setting(
+        "127.0.0.1", "address of host 0, where the ranks meet (torch.distributed's store) and the engine core sends"
+        " each step to the other hosts", env="MASTER_ADDR",
+    )  # fmt: skip
+    master_port: int | None = setting(
+        None, "port of the ranks' store on --master-addr; the engine core also listens on the next two (steps out,"
+        " answers in). Unset: a free port, one host only", env="MASTER_PORT", parse=int,
+    )  # fmt: skip
     worker_start_timeout: float = setting(
         1800.0, "seconds a worker process may take to load its share of the model before the engine gives up"
     )
@@ -130,10 +145,25 @@ class EngineConfig:
         """Worker processes the engine runs (one per rank); 1: the model runs in the engine-core process."""
         return self.tensor_parallel_size
 
+    @property
+    def local_world_size(self) -> int:
+        """The ranks each host runs."""
+        return self.world_size // self.nnodes
+
     def _validate_parallelism(self) -> None:
         if not 1 <= self.tensor_parallel_size <= MAX_TENSOR_PARALLEL:
             raise ValueError(f"tensor_parallel_size must be in [1, {MAX_TENSOR_PARALLEL}], got "
                              f"{self.tensor_parallel_size}")  # fmt: skip
+        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank must be in [0, nnodes={self.nnodes}), got {self.node_rank}")
+        if self.world_size % self.nnodes:
+            raise ValueError(f"tensor_parallel_size {self.world_size} must be a multiple of nnodes {self.nnodes}: "
+                             "each host runs the same number of ranks")  # fmt: skip
+        if self.nnodes > 1 and self.master_port is None:
+            raise ValueError("several hosts need --master-port (MASTER_PORT): every host must find host 0's store")
+        if self.master_port is not None and not 1 <= self.master_port <= 65533:
+            raise ValueError(f"master_port must be in [1, 65533] (the next two ports are used too), got "
+                             f"{self.master_port}")  # fmt: skip
         for name in ("worker_start_timeout", "worker_step_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive seconds, got {getattr(self, name)}")

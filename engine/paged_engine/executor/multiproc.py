@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -26,6 +27,7 @@ from paged_engine.core.scheduler_output import ModelRunnerOutput, SchedulerOutpu
 from paged_engine.engine.config import EngineConfig
 from paged_engine.executor import messages
 from paged_engine.executor.in_process import add_adapter
+from paged_engine.executor.node_channel import CoreChannel, inbox_of
 from paged_engine.executor.report import RunnerReport
 from paged_engine.executor.shm_ring import BroadcastRing, RingTimeout
 from paged_engine.executor.worker_proc import WorkerArgs, run_worker
@@ -76,10 +78,50 @@ def _main_module_hidden() -> Iterator[None]:
         main.__dict__.update(saved)
 
 
-def _exit_description(code: int | None) -> str:
+def exit_description(code: int | None) -> str:
     if code is not None and code < 0:
         return f"was killed by {signal.Signals(-code).name}"
     return f"exited with code {code}"
+
+
+@dataclass
+class LocalWorkers:
+    """This host's worker processes (ranks ``first_rank`` on), the ring they read and the pipes they answer on."""
+
+    first_rank: int
+    ring: BroadcastRing
+    processes: list[BaseProcess] = field(default_factory=list)
+    pipes: list[Connection] = field(default_factory=list)
+
+    def rank_of(self, index: int) -> int:
+        return self.first_rank + index
+
+
+def start_workers(config: EngineConfig, model_folder: Path, *, serving: bool, init_method: str) -> LocalWorkers:
+    """Spawn this host's ranks (``--node-rank`` × ranks per host on), each dying with this process."""
+    first_rank = config.node_rank * config.local_world_size
+    workers = LocalWorkers(first_rank, BroadcastRing.create(config.local_world_size, RING_SLOTS, RING_SLOT_BYTES))
+    context = multiprocessing.get_context("spawn")
+    log_level = str(logging.getLevelName(logging.getLogger().getEffectiveLevel()))
+    for local_rank in range(config.local_world_size):
+        rank = first_rank + local_rank
+        receive, send = context.Pipe(duplex=False)
+        args = WorkerArgs(config, model_folder, rank, local_rank, init_method, workers.ring.name, RING_SLOTS,
+                          RING_SLOT_BYTES, serving, os.getpid(), log_level)  # fmt: skip
+        process = context.Process(target=run_worker, args=(args, send), name=f"paged-worker-{rank}", daemon=True)
+        with _main_module_hidden():
+            process.start()
+        send.close()
+        workers.processes.append(process)
+        workers.pipes.append(receive)
+    return workers
+
+
+def init_method_of(config: EngineConfig) -> str:
+    """Where the ranks meet: host 0's store (a free loopback port when one host runs them all unnamed)."""
+    if config.master_port is None:
+        return f"tcp://127.0.0.1:{_free_port()}"
+    return f"tcp://{config.master_addr}:{config.master_port}"
 
 
 class MultiprocExecutor:
@@ -88,41 +130,33 @@ class MultiprocExecutor:
         self.world_size = config.world_size
         self.loras = LoraRegistry(config.max_loras, config.max_lora_rank) if config.lora_enabled else None
         check_cut(model_folder, config.tensor_parallel_size)
-        self.ring = BroadcastRing.create(self.world_size, RING_SLOTS, RING_SLOT_BYTES)
-        self.workers: list[BaseProcess] = []
-        self.pipes: list[Connection] = []
         self._phases: dict[str, float] = {}
         self._stopped = False
-        context = multiprocessing.get_context("spawn")
-        init_method = f"tcp://127.0.0.1:{_free_port()}"
-        log_level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+        self.remote = CoreChannel(config.master_addr, config.master_port) if config.nnodes > 1 else None
+        self.local = start_workers(config, model_folder, serving=serving, init_method=init_method_of(config))
+        self.ring, self.workers = self.local.ring, self.local.processes
         try:
-            for rank in range(self.world_size):
-                receive, send = context.Pipe(duplex=False)
-                args = WorkerArgs(config, model_folder, rank, init_method, self.ring.name, RING_SLOTS,
-                                  RING_SLOT_BYTES, serving, os.getpid(), str(log_level))  # fmt: skip
-                process = context.Process(target=run_worker, args=(args, send), name=f"paged-worker-{rank}",
-                                          daemon=True)  # fmt: skip
-                with _main_module_hidden():
-                    process.start()
-                send.close()
-                self.workers.append(process)
-                self.pipes.append(receive)
             ready = self._collect(messages.WorkerReady, config.worker_start_timeout, "start-up")
         except BaseException:
             self.shutdown()
             raise
         self.report: RunnerReport = ready[0].report
         atexit.register(self.shutdown)  # an LLM left to the end of its script: stop the workers, free the ring
-        logger.info("%d workers ready (tensor parallel, %s), pids %s", self.world_size,
-                    self.report.collective_backend, [p.pid for p in self.workers])  # fmt: skip
+        logger.info("%d workers ready (tensor parallel over %d host(s), %s), local pids %s", self.world_size,
+                    config.nnodes, self.report.collective_backend, [p.pid for p in self.workers])  # fmt: skip
+
+    def _broadcast(self, message: messages.ToWorkers, timeout_s: float | None) -> None:
+        data = messages.encode(message)
+        if self.remote is not None:
+            self.remote.publish(data)
+        self.ring.write(data, timeout_s, self._check_alive)
 
     # ---- steps --------------------------------------------------------------------------------------------------
 
     def execute_model(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         timeout = self.config.worker_step_timeout
         try:
-            self.ring.write(messages.encode(messages.RunStep(scheduler_output)), timeout, self._check_alive)
+            self._broadcast(messages.RunStep(scheduler_output), timeout)
         except RingTimeout as exc:
             self._fail(f"the workers did not take the next step: {exc}")
         done = self._collect(messages.StepDone, timeout, "a step")
@@ -139,9 +173,9 @@ class MultiprocExecutor:
         got: dict[int, object] = {}
         deadline = time.monotonic() + timeout_s
         sentinels = {p.sentinel: rank for rank, p in enumerate(self.workers)}
+        pipes = [*self.local.pipes, *inbox_of(self.remote)]
         while len(got) < self.world_size:
-            waiting = [pipe for rank, pipe in enumerate(self.pipes) if rank not in got]
-            ready = wait([*waiting, *sentinels], timeout=max(0.0, deadline - time.monotonic()))
+            ready = wait([*pipes, *sentinels], timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 late = [rank for rank in range(self.world_size) if rank not in got]
                 why = f"worker rank(s) {late} did not finish {what} within {timeout_s:g} s"
@@ -150,7 +184,6 @@ class MultiprocExecutor:
             for item in ready:
                 if item in sentinels:
                     continue  # read what the dead worker sent first, then report its death
-                rank = self.pipes.index(item)  # type: ignore[arg-type]
                 try:
                     message = messages.decode_from_worker(item.recv_bytes())  # type: ignore[union-attr]
                 except EOFError:
@@ -158,13 +191,13 @@ class MultiprocExecutor:
                 if isinstance(message, messages.WorkerFailed):
                     self._fail(self._root_cause(message, what))
                 if not isinstance(message, kind):
-                    self._fail(f"worker rank {rank} sent {type(message).__name__} during {what}")
-                got[rank] = message
+                    self._fail(f"worker rank {message.rank} sent {type(message).__name__} during {what}")
+                got[message.rank] = message
             for sentinel, rank in sentinels.items():
                 if sentinel in ready and rank not in got:
                     self.workers[rank].join(STOP_GRACE_S)  # its pipe closes a moment before it can be reaped
                     code = self.workers[rank].exitcode
-                    self._fail(f"worker rank {rank} {_exit_description(code)} during {what}")
+                    self._fail(f"worker rank {rank} {exit_description(code)} during {what}")
         return [got[rank] for rank in range(self.world_size)]
 
     def _root_cause(self, failed: messages.WorkerFailed, what: str) -> str:
@@ -176,7 +209,7 @@ class MultiprocExecutor:
             dead = [r for r, p in enumerate(self.workers) if r != failed.rank and (p.exitcode or 0) < 0]
             if dead:
                 code = self.workers[dead[0]].exitcode
-                return (f"worker rank {dead[0]} {_exit_description(code)} during {what} (rank {failed.rank} then "
+                return (f"worker rank {dead[0]} {exit_description(code)} during {what} (rank {failed.rank} then "
                         f"failed: {failed.error})")  # fmt: skip
             time.sleep(0.05)
         return f"worker rank {failed.rank} failed during {what}: {failed.error}"
@@ -188,7 +221,7 @@ class MultiprocExecutor:
     def _check_alive(self) -> None:
         for rank, process in enumerate(self.workers):
             if not process.is_alive():
-                self._fail(f"worker rank {rank} {_exit_description(process.exitcode)}")
+                self._fail(f"worker rank {rank} {exit_description(process.exitcode)}")
 
     def _fail(self, why: str) -> None:
         logger.error("%s; stopping every worker", why)
@@ -210,7 +243,7 @@ class MultiprocExecutor:
         """Broadcast an adapter change and wait for every rank; the first refusal is raised as a LoraError."""
         timeout = self.config.worker_step_timeout
         try:
-            self.ring.write(messages.encode(message), timeout, self._check_alive)
+            self._broadcast(message, timeout)
         except RingTimeout as exc:
             self._fail(f"the workers did not take an adapter change: {exc}")
         refusals = [done.refusal for done in self._collect(messages.AdapterDone, timeout, what) if done.refusal]
@@ -224,15 +257,30 @@ class MultiprocExecutor:
         if self._stopped:
             return
         self._stopped = True
-        if all(p.is_alive() for p in self.workers) and self.workers:
+        if self.workers and all(p.is_alive() for p in self.workers):
             with contextlib.suppress(RingTimeout):
-                self.ring.write(messages.encode(messages.StopWorkers()), timeout_s=1.0)
-        deadline = time.monotonic() + STOP_GRACE_S
-        for process in self.workers:
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join(STOP_GRACE_S)
-        for pipe in self.pipes:
-            pipe.close()
-        self.ring.close(unlink=True)
+                self._broadcast(messages.StopWorkers(), timeout_s=1.0)
+        stop_local(self.local)
+        if self.remote is not None:
+            self.remote.close()
+
+
+def stop_local(workers: LocalWorkers) -> None:
+    """Join this host's workers (killing those still running after the grace period), then free their ring."""
+    reap(workers)
+    release(workers)
+
+
+def reap(workers: LocalWorkers) -> None:
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in workers.processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join(STOP_GRACE_S)
+
+
+def release(workers: LocalWorkers) -> None:
+    for pipe in workers.pipes:
+        pipe.close()
+    workers.ring.close(unlink=True)

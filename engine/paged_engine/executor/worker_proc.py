@@ -36,6 +36,7 @@ class WorkerArgs:
     config: EngineConfig
     model_folder: Path
     rank: int
+    local_rank: int  # index among this host's ranks: its ring reader and its GPU
     init_method: str  # where the ranks meet (tcp://127.0.0.1:PORT on one host)
     ring_name: str
     ring_slots: int
@@ -45,15 +46,15 @@ class WorkerArgs:
     log_level: str
 
 
-def rank_config(config: EngineConfig, rank: int) -> EngineConfig:
-    """The rank's own settings: its GPU (``cuda:RANK``) and, on a CPU, its share of the host's cores."""
+def rank_config(config: EngineConfig, local_rank: int) -> EngineConfig:
+    """The rank's own settings: its GPU (``cuda:LOCAL_RANK``) and, on a CPU, its share of the host's cores."""
     import torch
 
     changes: dict[str, object] = {}
     if config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available()):
-        changes["device"] = f"cuda:{rank}"
+        changes["device"] = f"cuda:{local_rank}"
     elif config.num_threads is None:
-        changes["num_threads"] = max(1, (os.cpu_count() or 1) // config.world_size)
+        changes["num_threads"] = max(1, (os.cpu_count() or 1) // config.local_world_size)
     return dataclasses.replace(config, **changes) if changes else config
 
 
@@ -72,7 +73,7 @@ def run_worker(args: WorkerArgs, conn: Connection) -> None:
         from paged_engine.parallel.collectives import init_group
         from paged_engine.tokenizer import load_tokenizer
 
-        config = rank_config(args.config, rank)
+        config = rank_config(args.config, args.local_rank)
         device = startup.resolve_device(config.device)
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -87,8 +88,8 @@ def run_worker(args: WorkerArgs, conn: Connection) -> None:
         os._exit(1)
     gc.collect()
     gc.freeze()
-    reader = RingReader(BroadcastRing.attach(args.ring_name, config.world_size, args.ring_slots,
-                                             args.ring_slot_bytes), rank)  # fmt: skip
+    ring = BroadcastRing.attach(args.ring_name, config.local_world_size, args.ring_slots, args.ring_slot_bytes)
+    reader = RingReader(ring, args.local_rank)
 
     def parent_alive() -> None:
         if os.getppid() != args.parent_pid:

@@ -24,6 +24,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 @dataclass(frozen=True)
 class ServerConfig:
+    headless: bool = setting(
+        False, "run only this host's workers (--node-rank above 0 of --nnodes): no API server, no scheduler"
+    )
     host: str = setting("127.0.0.1", "address to listen on (0.0.0.0 inside a pod)")
     port: int = setting(8000, "the port of the OpenAI-compatible API, /health, /ready and /metrics")
     admin_port: int | None = setting(None, "serve /admin on this port only, not on --port (keep it out of the Service)")
