@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     run.add_argument(
         "--allowed-image", action="append", default=[], metavar="PATTERN",
-        help="images (glob, e.g. 'registry.example.com/*') a spec may name besides this release's own; repeatable",
+        help="images (glob, e.g. 'registry.example.com/*') a spec may name besides the operator's own (--engine-image, "
+        "--router-image, this release's); repeatable",
     )  # fmt: skip
     _add_render_flags(run)
     run.add_argument(
