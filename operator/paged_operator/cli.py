@@ -38,6 +38,7 @@ from paged_operator.clients.kube import KubeApi
 from paged_operator.leadership.leader import LeaderElector
 from paged_operator.leadership.lease import LeaseSpec
 from paged_operator.policy.admission import AdmissionPolicy
+from paged_operator.render.settings import Images, RenderSettings, from_flags, parse_label
 from paged_operator.shared import Options, Shared
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,54 @@ def _http_url(value: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise argparse.ArgumentTypeError(f"expected an http(s) URL, got {value!r}")
     return value
+
+
+def _label(value: str) -> str:
+    try:
+        parse_label(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def _add_render_flags(run: argparse.ArgumentParser) -> None:
+    """What the operator renders that no ModelDeployment says: its default images, who its NetworkPolicies admit."""
+    defaults = Images()
+    run.add_argument(
+        "--engine-image", default=defaults.engine, metavar="IMAGE",
+        help="the engine image of a ModelDeployment that names none (spec.engine.image); resolved at every render, so "
+        "a new value rolls those engines",
+    )  # fmt: skip
+    run.add_argument(
+        "--router-image", default=defaults.router, metavar="IMAGE",
+        help="the router image of a ModelDeployment that names none (spec.router.image), likewise",
+    )  # fmt: skip
+    run.add_argument(
+        "--operator-pod-label", action="append", default=[], type=_label, metavar="KEY=VALUE",
+        help="a label of the operator's own pods (in $POD_NAMESPACE), which spec.networkPolicy admits to the engines' "
+        "API and admin ports; none: every pod of that namespace; repeatable",
+    )  # fmt: skip
+    run.add_argument(
+        "--prometheus-namespace-label", action="append", default=[], type=_label, metavar="KEY=VALUE",
+        help="a label of the namespaces Prometheus runs in, for spec.networkPolicy (none: any namespace); repeatable",
+    )  # fmt: skip
+    run.add_argument(
+        "--prometheus-pod-label", action="append", default=[], type=_label, metavar="KEY=VALUE",
+        help="a label of the Prometheus pods spec.networkPolicy admits to the engines' API port; without any "
+        "--prometheus-*-label, none is admitted; repeatable",
+    )  # fmt: skip
+
+
+def render_settings(args: argparse.Namespace, namespace: str | None) -> RenderSettings:
+    """The rendering flags as settings; ``namespace``: the operator's own ($POD_NAMESPACE; None outside a pod)."""
+    return from_flags(
+        engine_image=args.engine_image,
+        router_image=args.router_image,
+        namespace=namespace,
+        pod_labels=args.operator_pod_label,
+        prometheus_namespace_labels=args.prometheus_namespace_label,
+        prometheus_pod_labels=args.prometheus_pod_label,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,8 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     run.add_argument(
         "--allowed-image", action="append", default=[], metavar="PATTERN",
-        help="images (glob, e.g. 'registry.example.com/*') a spec may name besides this release's own; repeatable",
+        help="images (glob, e.g. 'registry.example.com/*') a spec may name besides the operator's own (--engine-image, "
+        "--router-image, this release's); repeatable",
     )  # fmt: skip
+    _add_render_flags(run)
     run.add_argument(
         "--pending-timeout",
         type=_positive,
@@ -194,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
             volume_types=frozenset(args.allowed_volume_type),
             images=tuple(args.allowed_image),
         ),
+        render=render_settings(args, os.environ.get("POD_NAMESPACE")),
     )
     election = _election(args, parser)
     shared = Shared(options=options)

@@ -1,7 +1,8 @@
 """Drift repair: a child deleted or edited by hand is put back to its rendered form within seconds.
 
 Reconcile runs on the ModelDeployment's own changes; this watches its children (engine and router Deployments,
-Services, the budgets' ConfigMap, the PodDisruptionBudget: everything labelled as the operator's). When one is
+Services, the budgets' ConfigMap, the PodDisruptionBudgets, the NetworkPolicy: everything labelled as the
+operator's). When one is
 deleted, or modified so that a field the operator renders no longer holds its rendered value, the owner's
 children are applied again (the same server-side apply as reconcile, so the replica count, which the control loop
 or an external scaler owns, is left alone), and the repair is recorded: a ``DriftRepaired`` Event and a
@@ -32,9 +33,10 @@ from pydantic import ValidationError
 from paged_operator import handlers
 from paged_operator.clients.kube import KubeApi, model_deployment_path, object_path
 from paged_operator.policy import admission
-from paged_operator.policy.admission import AdmissionPolicy
 from paged_operator.render import children
 from paged_operator.render.all_children import all_children
+from paged_operator.render.settings import RenderSettings
+from paged_operator.shared import Options
 from paged_operator.status.writer import status_time, update_status
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ WATCHED = (
     ("", "v1", "services"),
     ("", "v1", "configmaps"),
     ("policy", "v1", "poddisruptionbudgets"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
 )
 REPORTED_FIELDS = 4  # fields named in a repair's Event, the rest counted
 IGNORED_KEYS = frozenset({"apiVersion", "kind", "status"})
@@ -86,13 +89,23 @@ def drifted_fields(wanted: Any, live: Any, path: str = "") -> list[str]:
 
 
 def rendered_child(
-    md: ModelDeployment, uid: str, kind: str, name: str, live_config_map: Mapping[str, Any] | None
+    md: ModelDeployment,
+    uid: str,
+    kind: str,
+    name: str,
+    live_config_map: Mapping[str, Any] | None,
+    settings: RenderSettings,
 ) -> dict[str, Any] | None:
     """The object the operator renders for ``md`` under this kind and name (None: not one of its children).
     The admin Secret is never compared (created once, its token derived, not rendered)."""
     budgets = children.config_map_budgets(md, live_config_map)
     built = all_children(
-        md, uid, admin_token=UNCOMPARED_TOKEN, budgets=budgets, router_cluster_role=handlers.router_role()
+        md,
+        uid,
+        admin_token=UNCOMPARED_TOKEN,
+        budgets=budgets,
+        router_cluster_role=handlers.router_role(),
+        settings=settings,
     )
     candidates = [c for c in built.in_apply_order() if c is not built.admin_secret]
     return next((c for c in candidates if c["kind"] == kind and c["metadata"]["name"] == name), None)
@@ -152,7 +165,7 @@ def owner_of(body: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 async def repair(
-    kube: KubeApi, event_type: str, body: Mapping[str, Any], token_key: bytes, policy: AdmissionPolicy
+    kube: KubeApi, event_type: str, body: Mapping[str, Any], token_key: bytes, options: Options
 ) -> str | None:
     """Put the child ``body`` (as a watch event saw it) back; the repair's description, or None if none was due."""
     owner = owner_of(body)
@@ -167,14 +180,14 @@ async def repair(
         md = handlers.parse(md_body)
     except ValidationError:
         return None  # reconcile reports it
-    if admission.violations(md, policy):
+    if admission.violations(md, options.admission, options.render.images):
         return None  # reconcile refused this spec: nothing of it is put back either
     live_cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
-    wanted = rendered_child(md, owner[1], kind, name, live_cm)
+    wanted = rendered_child(md, owner[1], kind, name, live_cm, options.render)
     if wanted is None:
         return None
     if event_type == "DELETED":  # recorded even if the control loop's next write brought it back first
-        await handlers.apply_children(kube, md, md_body, token_key)
+        await handlers.apply_children(kube, md, md_body, token_key, options.render)
         return await _record(kube, md_body, describe_repair(kind, name, None))
     if not drifted_fields(wanted, body):
         return None
@@ -184,7 +197,7 @@ async def repair(
     if before is None or not fields:
         return None
     log.info("%s %s/%s differs from its rendered form at %s", kind, namespace, name, ", ".join(fields))
-    await handlers.apply_children(kube, md, md_body, token_key)
+    await handlers.apply_children(kube, md, md_body, token_key, options.render)
     after = await kube.get_optional(path)
     if after is not None and after["metadata"].get("resourceVersion") == before["metadata"].get("resourceVersion"):
         return None  # nothing the operator owns had changed (what differs is not its to restore)
@@ -208,7 +221,7 @@ async def on_child_event(event: Mapping[str, Any], body: kopf.Body, memo: Any, *
     elif event_type != "MODIFIED" or not CHECKED.is_new(body):
         return  # the initial listing (reconcile on resume has applied everything), or a status update
     shared = handlers.shared_state(memo)
-    message = await repair(shared.kube, event_type, dict(body), shared.token_key, shared.options.admission)
+    message = await repair(shared.kube, event_type, dict(body), shared.token_key, shared.options)
     if message is not None:
         log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
 

@@ -1,7 +1,9 @@
 """kopf handlers: thin glue between the API server, the engine pods and the pure policies.
 
 * ``reconcile`` (create / spec update / resume): applies the children with server-side apply, moves the
-  replica count into the (new) bounds, and writes the status it can know without metrics.
+  replica count into the (new) bounds, and writes the status it can know without metrics. On resume (every
+  object, whenever the operator starts) it renders with the operator's current configuration, so an operator
+  started with new default images (an upgrade) rolls the engines and routers that name none.
 * ``control_loop`` (a daemon per ModelDeployment, every ``autoscaling.intervalSeconds``): runs that object's
   ``ControlLoop`` (observe → decide → act → report: replicas, budgets, status, Events).
 
@@ -35,6 +37,7 @@ from paged_operator.policy import admission
 from paged_operator.render import children
 from paged_operator.render import router as router_children
 from paged_operator.render.all_children import all_children
+from paged_operator.render.settings import RenderSettings
 from paged_operator.replica_count import desired_replicas, owns_replicas, recorded_count, scaled_externally
 from paged_operator.shared import Shared
 from paged_operator.status import api_outage
@@ -137,11 +140,12 @@ async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
         except ValidationError as exc:
             await _reject(kube, body, exc)
             raise kopf.PermanentError(f"invalid ModelDeployment: {exc.error_count()} error(s)") from None
-        if refused := admission.violations(md, shared.options.admission):
+        options = shared.options
+        if refused := admission.violations(md, options.admission, options.render.images):
             await _refuse(kube, body, refused)
             raise kopf.PermanentError(f"not allowed: {'; '.join(refused)}")
         try:
-            await apply_children(kube, md, dict(body), shared.token_key)
+            await apply_children(kube, md, dict(body), shared.token_key, options.render)
         except ApiError as exc:
             if exc.code == 422:  # the API server refused a child we built: retrying cannot help
                 await kube.post_event(body, reason="ApplyRefused", message=str(exc), warning=True)
@@ -155,19 +159,28 @@ async def reconcile(body: kopf.Body, memo: Any, retry: int, **_: Any) -> None:
             raise kopf.TemporaryError(str(exc), delay=_backoff(retry)) from exc
 
 
-async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, Any], token_key: bytes) -> None:
-    """Apply every child (idempotent), set the wanted replica count and write the status known without metrics."""
+async def apply_children(
+    kube: KubeApi, md: ModelDeployment, body: Mapping[str, Any], token_key: bytes, settings: RenderSettings
+) -> None:
+    """Apply every child (idempotent), set the wanted replica count and write the status known without metrics.
+    ``settings``: the operator's configuration rendering reads (``Options.render``)."""
     meta = body["metadata"]
     uid, namespace = meta["uid"], meta["namespace"]
     current_cm = await kube.get_optional(object_path("ConfigMap", namespace, children.config_map_name(md)))
     budgets = children.config_map_budgets(md, current_cm)
     built = all_children(
-        md, uid, admin_token=admin_token.derive(token_key, uid), budgets=budgets, router_cluster_role=router_role()
+        md,
+        uid,
+        admin_token=admin_token.derive(token_key, uid),
+        budgets=budgets,
+        router_cluster_role=router_role(),
+        settings=settings,
     )
     await kube.create_if_absent(built.admin_secret)
     await kube.apply(built.config_map)
     await kube.apply(built.service)
     await kube.apply(built.pod_disruption_budget)
+    await apply_network_policy(kube, md, uid, built.network_policy)
     deployment = await kube.apply(built.deployment)
     await apply_router(kube, md, built.router)
     owned, recorded = owns_replicas(deployment), recorded_count(body)
@@ -217,6 +230,19 @@ async def apply_children(kube: KubeApi, md: ModelDeployment, body: Mapping[str, 
 def router_role() -> str:
     """The chart's router ClusterRole, which the router's RoleBinding refers to."""
     return os.environ.get(router_children.CLUSTER_ROLE_ENV, router_children.DEFAULT_CLUSTER_ROLE)
+
+
+async def apply_network_policy(kube: KubeApi, md: ModelDeployment, uid: str, policy: dict[str, Any] | None) -> None:
+    """The engines' NetworkPolicy while ``spec.networkPolicy.enabled``; once disabled, deleted if it is this
+    ModelDeployment's (looked up first: a policy of the same name that someone else made is left alone)."""
+    if policy is not None:
+        await kube.apply(policy)
+        return
+    namespace, name = md.metadata.namespace or "", children.network_policy_name(md)
+    live = await kube.get_optional(object_path("NetworkPolicy", namespace, name))
+    refs = ((live or {}).get("metadata") or {}).get("ownerReferences") or ()
+    if any(ref.get("uid") == uid and ref.get("controller") for ref in refs):
+        await kube.delete_if_present("NetworkPolicy", namespace, name)
 
 
 async def apply_router(kube: KubeApi, md: ModelDeployment, router: list[dict[str, Any]]) -> None:

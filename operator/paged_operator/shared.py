@@ -16,6 +16,7 @@ import kopf
 
 from paged_operator.clients.kube import KubeApi
 from paged_operator.policy.admission import AdmissionPolicy
+from paged_operator.render.settings import RenderSettings
 
 
 @dataclass
@@ -32,6 +33,8 @@ class Options:
     prometheus_url: str | None = None
     prometheus_timeout_s: float = 5.0  # for one round of queries (one per series, all at once)
     admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)  # what a spec may name (``--allowed-*``)
+    # The images an unset spec means, who a NetworkPolicy admits (``--engine-image``, ``--operator-pod-label``, ...).
+    render: RenderSettings = field(default_factory=RenderSettings)
 
 
 @dataclass

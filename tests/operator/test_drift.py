@@ -6,9 +6,11 @@ import copy
 
 from paged_operator.drift import Checked, describe_repair, drifted_fields, owner_of, rendered_child
 from paged_operator.render import children
+from paged_operator.render.settings import RenderSettings
 from paged_platform.api import ModelDeployment
 
 UID = "00000000-0000-4000-8000-00000000d21f"
+SETTINGS = RenderSettings()
 
 
 def md(**spec: object) -> ModelDeployment:
@@ -64,10 +66,12 @@ def test_each_child_is_found_by_kind_and_name_and_strangers_are_not() -> None:
         ("Deployment", children.router_name(spec)),
         ("Service", children.router_name(spec)),
     ]:
-        child = rendered_child(spec, UID, kind, name, None)
+        child = rendered_child(spec, UID, kind, name, None, SETTINGS)
         assert child is not None and (child["kind"], child["metadata"]["name"]) == (kind, name)
-    assert rendered_child(spec, UID, "Deployment", "someone-else", None) is None
-    assert rendered_child(md(), UID, "Deployment", children.router_name(md()), None) is None  # router disabled
+    assert rendered_child(spec, UID, "Deployment", "someone-else", None, SETTINGS) is None
+    assert (
+        rendered_child(md(), UID, "Deployment", children.router_name(md()), None, SETTINGS) is None
+    )  # router disabled
 
 
 def test_the_owner_is_the_controlling_model_deployment() -> None:

@@ -10,7 +10,9 @@ from paged_engine.engine.config import EngineConfig
 from paged_engine.server.config import ServerConfig
 from paged_operator.policy.config import live_limits
 from paged_operator.render import children
+from paged_operator.render.settings import Images
 from paged_platform.api import ModelDeployment
+from paged_platform.api.spec import DEFAULT_ENGINE_IMAGE
 from paged_platform.engine_contract.budgets import Budgets
 from paged_platform.engine_contract.launch import ADMIN_TOKEN_ENV, MAX_NUM_SEQS_ENV
 
@@ -271,15 +273,18 @@ def test_admin_secret_needs_a_real_token() -> None:
         children.admin_secret(md(), UID, "abcd")
 
 
-def test_an_unset_image_is_the_operators_own_at_render_time_so_an_upgrade_rolls(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """CRD defaulting no longer writes the image into the object: the operator that renders decides, so a new
-    operator release (new default) renders a new pod template, and the Deployment rolls."""
-    obj = md({})
+def test_an_unset_image_is_the_operators_own_at_render_time_so_an_upgrade_rolls() -> None:
+    """CRD defaulting does not write the image into the object: the operator that renders decides (its
+    --engine-image), so an operator started with a new image renders a new pod template, and the Deployment rolls;
+    the model's download init container runs the same image."""
+    obj = md({"model": {"huggingFace": {"id": "org/model"}}})
     assert "image" not in obj.spec.engine.to_wire()
-    before = engine_container(obj)["image"]
-    monkeypatch.setattr("paged_platform.api.spec.DEFAULT_ENGINE_IMAGE", "ghcr.io/paged/paged-engine:0.2.0")
-    assert engine_container(obj)["image"] == "ghcr.io/paged/paged-engine:0.2.0" != before
+    release = children.deployment(obj, UID)["spec"]["template"]["spec"]
+    assert release["containers"][0]["image"] == DEFAULT_ENGINE_IMAGE
+    upgraded = Images(engine="ghcr.io/paged/paged-engine:0.2.0")
+    pod = children.deployment(obj, UID, upgraded)["spec"]["template"]["spec"]
+    assert [c["image"] for c in (*pod["containers"], *pod["initContainers"])] == [upgraded.engine] * 2
     pinned = md({"engine": {"image": "registry.local/engine:pinned"}})
     assert engine_container(pinned)["image"] == "registry.local/engine:pinned"
+    (container,) = children.deployment(pinned, UID, upgraded)["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.local/engine:pinned"

@@ -8,7 +8,9 @@ import pytest
 from paged_operator.render import children
 from paged_operator.render import router as router_children
 from paged_operator.render.all_children import all_children
+from paged_operator.render.settings import Images, RenderSettings
 from paged_platform.api import ModelDeployment
+from paged_platform.api.spec import DEFAULT_ROUTER_IMAGE
 from paged_platform.engine_contract.budgets import Budgets
 from paged_platform.router.cli import parse_options
 from paged_platform.router.policies import POLICY_NAMES
@@ -63,6 +65,21 @@ def test_the_router_deployment_runs_paged_router_against_the_engines_service() -
     assert (options.service, options.namespace, options.policy) == (children.service_name(obj), "team-a", "prefix")
     assert options.port_name == children.HTTP_PORT_NAME
     assert container["ports"][0]["containerPort"] == options.port
+
+
+def test_an_unset_router_image_is_the_operators_and_a_rollout_surges_before_it_stops_a_router() -> None:
+    """An operator started with a new --router-image rolls the routers that name none onto it, one new pod ready
+    before an old one goes (a single router is never gone), as the router's PodDisruptionBudget allows."""
+    upgraded = Images(router="ghcr.io/paged/paged-operator:0.2.0")
+    for given, image in ((None, upgraded.router), ("registry.local/router:pinned", "registry.local/router:pinned")):
+        deployment = router_children.router_deployment(md({"image": given} if given else {}), UID, upgraded)
+        assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == image
+        assert deployment["spec"]["strategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        }
+    (container,) = router_children.router_deployment(md(), UID)["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == DEFAULT_ROUTER_IMAGE
 
 
 def router_options(obj: ModelDeployment):  # type: ignore[no-untyped-def]
@@ -131,7 +148,9 @@ def test_the_binding_grants_the_charts_router_role_to_the_routers_account_in_its
 
 def test_all_children_holds_the_routers_objects_only_while_it_is_enabled() -> None:
     on, token, budgets = md(), "t" * 32, Budgets(8, 512)
-    built = all_children(on, UID, admin_token=token, budgets=budgets, router_cluster_role=ROLE)
+    built = all_children(
+        on, UID, admin_token=token, budgets=budgets, router_cluster_role=ROLE, settings=RenderSettings()
+    )
     assert built.in_apply_order() == [
         children.admin_secret(on, UID, token),
         children.config_map(on, UID, budgets),
@@ -141,6 +160,8 @@ def test_all_children_holds_the_routers_objects_only_while_it_is_enabled() -> No
         *router_children.router_children(on, UID, ROLE),
     ]
     off = ModelDeployment.model_validate({"metadata": {"name": "gemma", "namespace": "team-a"}, "spec": {}})
-    engines_only = all_children(off, UID, admin_token=token, budgets=budgets, router_cluster_role=ROLE)
+    engines_only = all_children(
+        off, UID, admin_token=token, budgets=budgets, router_cluster_role=ROLE, settings=RenderSettings()
+    )
     kinds = [c["kind"] for c in engines_only.in_apply_order()]
     assert kinds == ["Secret", "ConfigMap", "Service", "PodDisruptionBudget", "Deployment"]

@@ -18,6 +18,7 @@ import kopf
 import pytest
 from paged_operator import handlers
 from paged_operator.clients.kube import KubeApi
+from paged_operator.render.settings import RenderSettings
 from paged_operator.status.writer import read_status, set_replicas, update_status
 from paged_platform.api import Decision, DecisionState, ModelDeploymentStatus
 
@@ -78,7 +79,7 @@ async def test_a_spec_edit_racing_a_scaling_decision_keeps_both(
     ns, name = kube_namespace, "race"
     kube_admin.create(md_path(ns), model_deployment(name, replicas={"min": 1, "max": 6}))
     first = kube_admin.get(md_path(ns, name))
-    await handlers.apply_children(kube, handlers.parse(first), first, KEY)
+    await handlers.apply_children(kube, handlers.parse(first), first, KEY, RenderSettings())
     assert kube_admin.get(deployment_path(ns, name))["spec"]["replicas"] == 1
     reconciled = kube_admin.get(md_path(ns, name))  # status: generation 1 observed, 1 replica desired
 
@@ -87,7 +88,7 @@ async def test_a_spec_edit_racing_a_scaling_decision_keeps_both(
     edited = kube_admin.get(md_path(ns, name))  # what kopf hands reconcile: the new spec, 1 replica desired
     assert await decide_and_scale(kube, reconciled, 3) == 3
     assert edited["status"]["desiredReplicas"] == 1
-    await handlers.apply_children(kube, handlers.parse(edited), edited, KEY)
+    await handlers.apply_children(kube, handlers.parse(edited), edited, KEY, RenderSettings())
 
     assert kube_admin.get(deployment_path(ns, name))["spec"]["replicas"] == 3  # the decision is not undone
     status = read_status(kube_admin.get(md_path(ns, name)))
@@ -105,7 +106,7 @@ async def test_a_spec_edit_racing_a_scaling_decision_keeps_both(
     # Lowered bounds: reconcile moves the live count into them, from the live count, not from the status.
     kube_admin.patch(md_path(ns, name), {"spec": {"replicas": {"max": 2}}})
     lowered = kube_admin.get(md_path(ns, name))
-    await handlers.apply_children(kube, handlers.parse(lowered), lowered, KEY)
+    await handlers.apply_children(kube, handlers.parse(lowered), lowered, KEY, RenderSettings())
     assert kube_admin.get(deployment_path(ns, name))["spec"]["replicas"] == 2
 
 
@@ -116,14 +117,14 @@ async def test_concurrent_edits_and_decisions_converge(
     ns, name = kube_namespace, "storm"
     kube_admin.create(md_path(ns), model_deployment(name, replicas={"min": 1, "max": 8}))
     body = kube_admin.get(md_path(ns, name))
-    await handlers.apply_children(kube, handlers.parse(body), body, KEY)
+    await handlers.apply_children(kube, handlers.parse(body), body, KEY, RenderSettings())
     landed = []
     for round_ in range(6):
         kube_admin.patch(md_path(ns, name), {"spec": {"engine": {"extraArgs": ["--seed", str(round_)]}}})
         edited = kube_admin.get(md_path(ns, name))
         stale = copy.deepcopy(body)  # the loop's copy from before the edit
         _, written = await asyncio.gather(
-            handlers.apply_children(kube, handlers.parse(edited), edited, KEY),
+            handlers.apply_children(kube, handlers.parse(edited), edited, KEY, RenderSettings()),
             decide_and_scale(kube, stale, 2 + round_),
         )
         if written is not None:

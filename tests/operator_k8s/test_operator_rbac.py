@@ -76,3 +76,27 @@ def test_the_operator_cannot_read_any_secret(
             with pytest.raises(ApiError) as refused:
                 read()
             assert refused.value.code == 403
+
+
+def allowed(client: KubeClient, verb: str, namespace: str) -> bool:
+    """Whether ``client``'s identity may ``verb`` NetworkPolicies in ``namespace`` (a SelfSubjectAccessReview)."""
+    attributes = {"verb": verb, "group": "networking.k8s.io", "resource": "networkpolicies", "namespace": namespace}
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": attributes}}  # fmt: skip
+    return client.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)["status"]["allowed"]
+
+
+@pytest.mark.parametrize("watch_namespace", [False, True], ids=["cluster", "namespaced"])
+def test_the_operator_may_do_to_network_policies_what_spec_network_policy_needs_and_no_more(
+    kube_namespace: str, kube_chart_access: Any, md_crd: str, watch_namespace: bool
+) -> None:
+    """Applied (create, patch), watched for drift (list, watch), looked up and deleted once disabled (get, delete);
+    never replaced whole or deleted by the collection."""
+    ns = kube_namespace
+    access = kube_chart_access(CHART, "test-paged", set_values={"watchNamespace": ns} if watch_namespace else None)
+    with access.client() as sa:
+        for verb in ("create", "patch", "list", "watch", "get", "delete"):
+            assert allowed(sa, verb, ns), verb
+        for verb in ("update", "deletecollection"):
+            assert not allowed(sa, verb, ns), verb
+        assert allowed(sa, "watch", "default") is not watch_namespace  # a namespaced install: its namespace only

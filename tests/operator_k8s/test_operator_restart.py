@@ -22,6 +22,7 @@ from paged_operator import handlers
 from paged_operator.clients.kube import KubeApi
 from paged_operator.control_loop import ControlLoop
 from paged_operator.render import children
+from paged_operator.render.settings import RenderSettings
 from paged_operator.shared import Options, Shared
 from paged_operator.status import builder as status_builder
 from paged_operator.status.writer import read_status
@@ -105,7 +106,7 @@ async def test_a_restarted_operator_keeps_its_windows_and_its_memory_of_overload
     ns = kube_namespace
     kube_admin.create(md_path(ns), model_deployment(NAME, **{**SPEC, "replicas": {"min": 3, "max": 4}}))
     body = kube_admin.get(md_path(ns, NAME))
-    await handlers.apply_children(kube, handlers.parse(body), body, KEY)
+    await handlers.apply_children(kube, handlers.parse(body), body, KEY, RenderSettings())
     kube_admin.patch(md_path(ns, NAME), {"spec": {"replicas": {"min": 1, "max": 4}}})  # room to scale down to 1
 
     selector = children.selector_string(handlers.parse(body))

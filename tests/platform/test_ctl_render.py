@@ -11,6 +11,7 @@ import yaml
 from paged_operator.render.all_children import all_children
 from paged_operator.render.children import config_map_budgets
 from paged_operator.render.router import DEFAULT_CLUSTER_ROLE
+from paged_operator.render.settings import RenderSettings, from_flags
 from paged_platform.api import ModelDeployment
 from paged_platform.ctl import app
 from paged_platform.ctl.template import TOKEN_PLACEHOLDER, UID_PLACEHOLDER
@@ -24,7 +25,12 @@ def invoke(*args: str, input: str | None = None):
     return runner.invoke(app, ["render", *args], env={"COLUMNS": "250"}, input=input)
 
 
-def operator_objects(doc: dict[str, Any], namespace: str, role: str = DEFAULT_CLUSTER_ROLE) -> list[dict[str, Any]]:
+def operator_objects(
+    doc: dict[str, Any],
+    namespace: str,
+    role: str = DEFAULT_CLUSTER_ROLE,
+    settings: RenderSettings = RenderSettings(),  # noqa: B008  frozen: nothing can change it between calls
+) -> list[dict[str, Any]]:
     """What the operator's reconcile builds for a new object of this manifest (the uid and token stand-ins aside)."""
     md = ModelDeployment.from_wire({**doc, "metadata": {"namespace": namespace, **doc["metadata"]}})
     built = all_children(
@@ -33,6 +39,7 @@ def operator_objects(doc: dict[str, Any], namespace: str, role: str = DEFAULT_CL
         admin_token=TOKEN_PLACEHOLDER,
         budgets=config_map_budgets(md, None),
         router_cluster_role=role,
+        settings=settings,
     )
     return built.in_apply_order()
 
@@ -71,6 +78,36 @@ def test_render_includes_the_router_and_takes_the_cluster_role(examples_dir: Pat
                       ("Service", "gemma-router"), ("PodDisruptionBudget", "gemma-router"),
                       ("Deployment", "gemma-router")]  # fmt: skip
     assert printed[6]["roleRef"]["name"] == "my-router"
+
+
+def test_render_takes_the_operators_images_and_network_peers(examples_dir: Path) -> None:
+    """With the flags the chart gives the operator, render prints what that operator would apply: its images for an
+    unset engine and router image, and the NetworkPolicy admitting its pods and Prometheus."""
+    doc = yaml.safe_load((examples_dir / "modeldeployment-cpu.yaml").read_text())
+    doc["spec"].update(router={"enabled": True}, networkPolicy={"enabled": True})
+    flags = ["--engine-image", "mirror.local/paged-engine:0.1.0", "--router-image", "mirror.local/paged-operator:0.1.0",
+             "--operator-namespace", "paged-system", "--operator-pod-label", "app.kubernetes.io/component=operator",
+             "--prometheus-pod-label", "app.kubernetes.io/name=prometheus"]  # fmt: skip
+    result = invoke("-", *flags, input=yaml.safe_dump(doc))
+    assert result.exit_code == 0, result.output
+    printed = list(yaml.safe_load_all(result.stdout))
+    settings = from_flags(
+        engine_image="mirror.local/paged-engine:0.1.0",
+        router_image="mirror.local/paged-operator:0.1.0",
+        namespace="paged-system",
+        pod_labels=["app.kubernetes.io/component=operator"],
+        prometheus_namespace_labels=[],
+        prometheus_pod_labels=["app.kubernetes.io/name=prometheus"],
+    )
+    assert printed == operator_objects(doc, "default", settings=settings)
+    images = {o["kind"] + "/" + o["metadata"]["name"]: o["spec"]["template"]["spec"]["containers"][0]["image"]
+              for o in printed if o["kind"] == "Deployment"}  # fmt: skip
+    assert images == {"Deployment/gemma": "mirror.local/paged-engine:0.1.0",
+                      "Deployment/gemma-router": "mirror.local/paged-operator:0.1.0"}  # fmt: skip
+    (policy,) = [o for o in printed if o["kind"] == "NetworkPolicy"]
+    assert len(policy["spec"]["ingress"]) == 3  # the router, the operator, Prometheus
+    bad = invoke("-", "--prometheus-pod-label", "no-value", input=yaml.safe_dump(doc))
+    assert bad.exit_code == 1 and "expected a label KEY=VALUE" in bad.stderr and not bad.stdout
 
 
 def test_render_json_lists_the_children_of_every_document_in_the_namespace_given(examples_dir: Path) -> None:

@@ -4,12 +4,17 @@ values schema enforced, and the operator's RBAC exactly as narrow as documented.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from paged_operator.cli import build_parser, render_settings
 from paged_operator.render import children
 from paged_operator.render import router as router_children
+from paged_operator.render.settings import NAMESPACE_NAME_LABEL, Images, Peer, RenderSettings
 from paged_platform.api import ModelDeployment
+from paged_platform.api.spec import DEFAULT_ENGINE_IMAGE, DEFAULT_ROUTER_IMAGE
 from paged_platform.crd import crd
 
 from conftest import CHART
@@ -91,6 +96,59 @@ def test_default_render(kube_binaries: Any) -> None:
     volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "token-key")
     assert volume["secret"]["secretName"] == "rel-paged-token-key" and volume["secret"]["optional"] is True
     assert not any(a.startswith("--prometheus-url") for a in container["args"])  # the pods are scraped
+    # The images an unset spec means are the release's own, as the operator's defaults name them.
+    assert {f"--engine-image={DEFAULT_ENGINE_IMAGE}", f"--router-image={DEFAULT_ROUTER_IMAGE}"} <= set(
+        container["args"]
+    )
+    assert container["image"] == DEFAULT_ROUTER_IMAGE  # paged-router ships in the operator image
+
+
+def operator_settings(deployment: dict[str, Any]) -> RenderSettings:
+    """The RenderSettings the operator builds from the args the chart gives it, in its release namespace."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return render_settings(build_parser().parse_args(container["args"]), deployment["metadata"]["namespace"])
+
+
+def test_the_image_values_become_the_images_an_unset_spec_means(kube_binaries: Any) -> None:
+    """A mirror registry needs only the repositories: the tags follow the chart's appVersion, and the routers follow
+    the operator's own image unless images.router names another."""
+    mirror = {"images.engine.repository": "mirror.local:5000/paged/paged-engine",
+              "image.repository": "mirror.local:5000/paged/paged-operator"}  # fmt: skip
+    (deployment,) = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns", set_values=mirror))["Deployment"]
+    tag = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert operator_settings(deployment).images == Images(
+        engine=f"mirror.local:5000/paged/paged-engine:{tag}", router=f"mirror.local:5000/paged/paged-operator:{tag}"
+    )
+    pinned = {
+        "images.engine.tag": "0.2.0-cuda",
+        "images.router.repository": "r.local/router",
+        "images.router.tag": "v9",
+    }
+    (deployment,) = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns", set_values=pinned))["Deployment"]
+    assert operator_settings(deployment).images == Images(
+        engine="ghcr.io/paged/paged-engine:0.2.0-cuda", router="r.local/router:v9"
+    )
+
+
+def test_a_network_policy_admits_the_charts_operator_pods_and_the_configured_prometheus(
+    kube_binaries: Any, tmp_path: Path
+) -> None:
+    (deployment,) = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "paged-system"))["Deployment"]
+    peers = operator_settings(deployment).peers
+    assert peers.operator is not None
+    assert peers.operator.namespace_labels == {NAMESPACE_NAME_LABEL: "paged-system"}  # the release namespace
+    assert peers.operator.pod_labels.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert peers.prometheus == Peer({}, {"app.kubernetes.io/name": "prometheus"})  # in any namespace
+    values = tmp_path / "values.yaml"
+    labels = {"namespaceLabels": [f"{NAMESPACE_NAME_LABEL}=monitoring"], "podLabels": ["app=kube-prometheus"]}
+    values.write_text(yaml.safe_dump({"networkPolicy": {"prometheus": labels}}))
+    (deployment,) = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns", values_files=[values]))["Deployment"]
+    assert operator_settings(deployment).peers.prometheus == Peer(
+        {NAMESPACE_NAME_LABEL: "monitoring"}, {"app": "kube-prometheus"}
+    )  # the list replaces the default label (a map would have been merged into it, matching no pod)
+    none = {"networkPolicy.prometheus.podLabels": "null"}
+    (deployment,) = by_kind(render_chart(kube_binaries.helm, CHART, "rel", "ns", set_values=none))["Deployment"]
+    assert operator_settings(deployment).peers.prometheus is None  # no labels: no rule, never one for everyone
 
 
 def test_two_renders_are_the_same_so_gitops_keeps_the_token_key(kube_binaries: Any) -> None:
@@ -235,6 +293,8 @@ def test_the_engine_pod_monitor_scrapes_what_the_operator_renders(kube_binaries:
         ("operator.prometheusUrl", "prometheus:9090", "prometheusUrl"),
         ("monitoring.podMonitor.enabled", "sometimes", "podMonitor"),
         ("policy.allowedServiceAccounts[0]", "Not_A_Name", "allowedServiceAccounts"),
+        ("images.engine.repository", "ghcr.io/paged/paged-engine:0.1.0", "repository"),  # the tag goes in tag
+        ("images.router.repository", "registry.local/router:9", "repository"),
     ],
 )
 def test_values_schema_refuses_bad_values(kube_binaries: Any, key: str, value: str, message: str) -> None:
@@ -281,6 +341,8 @@ ALLOWED = [
     ("patch", "modeldeployments", "paged.dev", "status"),
     ("create", "deployments", "apps", ""),
     ("delete", "poddisruptionbudgets", "policy", ""),
+    ("watch", "networkpolicies", "networking.k8s.io", ""),  # spec.networkPolicy, watched for drift
+    ("delete", "networkpolicies", "networking.k8s.io", ""),
     ("patch", "configmaps", "", ""),
     ("list", "pods", "", ""),
     ("create", "events", "", ""),

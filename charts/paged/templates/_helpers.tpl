@@ -37,3 +37,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "paged.routerClusterRole" -}}
 {{- printf "%s-router" (include "paged.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{- /* The operator's image; paged-router ships in it, so it is also the routers' default. */ -}}
+{{- define "paged.operatorImage" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- /* What an unset spec.engine.image / spec.router.image means (the operator's --engine-image, --router-image). */ -}}
+{{- define "paged.engineImage" -}}
+{{- with .Values.images.engine -}}
+{{- printf "%s:%s" .repository (.tag | default $.Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "paged.routerImage" -}}
+{{- if .Values.images.router.repository -}}
+{{- printf "%s:%s" .Values.images.router.repository (.Values.images.router.tag | default .Chart.AppVersion) -}}
+{{- else -}}
+{{- include "paged.operatorImage" . -}}
+{{- end -}}
+{{- end -}}

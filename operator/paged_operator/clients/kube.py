@@ -38,6 +38,7 @@ _COLLECTIONS: dict[str, str] = {
     "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
     "Secret": "/api/v1/namespaces/{ns}/secrets",
     "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",  # spec.networkPolicy
     "Pod": "/api/v1/namespaces/{ns}/pods",
     "Event": "/api/v1/namespaces/{ns}/events",
     "Lease": "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",  # leader election (``leader``)

@@ -8,7 +8,8 @@ a hostPath, or run any image, with only the namespace's Pod Security admission i
 * ServiceAccounts: the namespace's ``default`` (what an unset ``pod.serviceAccountName`` runs as) and no other;
 * volume types in ``pod.volumes``: those Pod Security's ``restricted`` level allows (no ``hostPath``, no
   network file systems mounted by the node);
-* images (the engine, the router, model and adapter images): this operator release's own, and no other.
+* images (the engine, the router, model and adapter images): the operator's own (``--engine-image``,
+  ``--router-image``, and this release's), and no other.
 
 Invariants: what the operator renders itself is always allowed; each refusal names the field, the value, and the
 chart value that would allow it.
@@ -20,14 +21,14 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from paged_platform.api import ImageModel, ModelDeployment
-from paged_platform.api.spec import DEFAULT_ENGINE_IMAGE, DEFAULT_ROUTER_IMAGE
+
+from paged_operator.render.settings import Images
 
 DEFAULT_SERVICE_ACCOUNT = "default"
 #: The volume types Pod Security's ``restricted`` standard allows.
 RESTRICTED_VOLUME_TYPES = frozenset(
     {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
 )
-OWN_IMAGES = frozenset({DEFAULT_ENGINE_IMAGE, DEFAULT_ROUTER_IMAGE})
 
 
 @dataclass(frozen=True)
@@ -39,20 +40,21 @@ class AdmissionPolicy:
     volume_types: frozenset[str] = frozenset()
     images: tuple[str, ...] = ()
 
-    def allows_image(self, reference: str) -> bool:
-        return reference in OWN_IMAGES or any(fnmatchcase(reference, pattern) for pattern in self.images)
+    def allows_image(self, reference: str, own: frozenset[str]) -> bool:
+        """``own``: the operator's images (``Images.own``), always allowed."""
+        return reference in own or any(fnmatchcase(reference, pattern) for pattern in self.images)
 
 
 def _listed(values: frozenset[str] | tuple[str, ...]) -> str:
     return ", ".join(sorted(values)) if values else "none"
 
 
-def _images(md: ModelDeployment) -> list[tuple[str, str]]:
-    """(field, reference) of every image the spec names."""
+def _images(md: ModelDeployment, images: Images) -> list[tuple[str, str]]:
+    """(field, reference) of every image the spec names or, unset, the operator renders."""
     spec = md.spec
-    named = [("spec.engine.image", spec.resolved_engine_image())]
+    named = [("spec.engine.image", images.engine_image(md))]
     if spec.router.enabled:
-        named.append(("spec.router.image", spec.resolved_router_image()))
+        named.append(("spec.router.image", images.router_image(md)))
     model = spec.model.resolved()
     if isinstance(model, ImageModel):
         named.append(("spec.model.image.reference", model.reference))
@@ -63,8 +65,8 @@ def _images(md: ModelDeployment) -> list[tuple[str, str]]:
     return named
 
 
-def violations(md: ModelDeployment, policy: AdmissionPolicy) -> list[str]:
-    """Why the operator must not create ``md``'s pods (empty: nothing)."""
+def violations(md: ModelDeployment, policy: AdmissionPolicy, images: Images) -> list[str]:
+    """Why the operator must not create ``md``'s pods (empty: nothing); ``images``: the operator's."""
     out: list[str] = []
     account = md.spec.pod.service_account_name
     if account not in (None, DEFAULT_SERVICE_ACCOUNT) and account not in policy.service_accounts:
@@ -83,8 +85,9 @@ def violations(md: ModelDeployment, policy: AdmissionPolicy) -> list[str]:
                     f"allowed: add {kind} to the chart's policy.allowedVolumeTypes (beyond Pod Security's "
                     f"restricted types, now: {_listed(policy.volume_types)})"
                 )
-    for field, reference in _images(md):
-        if not policy.allows_image(reference):
+    own = images.own()
+    for field, reference in _images(md, images):
+        if not policy.allows_image(reference, own):
             out.append(
                 f"{field} {reference!r} is not allowed: images are this operator release's own or match the "
                 f"chart's policy.allowedImages (now: {_listed(policy.images)})"

@@ -38,6 +38,7 @@ from paged_operator.policy.config import controller_spec, live_limits, starting_
 from paged_operator.render import pod_security
 from paged_operator.render.adapter_mounts import adapter_mounts
 from paged_operator.render.model_mounts import DOWNLOAD_CONTAINER, DownloadStep, model_mounts
+from paged_operator.render.settings import RELEASE_IMAGES, Images
 from paged_operator.render.tracing_env import tracing_args, tracing_env
 
 ENGINE_CONTAINER = "engine"
@@ -98,6 +99,10 @@ def pdb_name(md: ModelDeployment) -> str:
     return md.metadata.name
 
 
+def network_policy_name(md: ModelDeployment) -> str:
+    return md.metadata.name
+
+
 def secret_name(md: ModelDeployment) -> str:
     return f"{md.metadata.name}-admin-token"
 
@@ -140,7 +145,7 @@ def owner_reference(md: ModelDeployment, uid: str) -> dict[str, Any]:
     }
 
 
-def _metadata(md: ModelDeployment, name: str, uid: str) -> dict[str, Any]:
+def child_metadata(md: ModelDeployment, name: str, uid: str) -> dict[str, Any]:
     if not md.metadata.namespace:
         raise ValueError(f"ModelDeployment {md.metadata.name!r} has no namespace")
     return {
@@ -217,7 +222,8 @@ def startup_probe_failures(md: ModelDeployment) -> int:
     return -(-md.spec.resolved_startup_timeout_s() // STARTUP_PERIOD_S)
 
 
-def container(md: ModelDeployment) -> dict[str, Any]:
+def container(md: ModelDeployment, images: Images = RELEASE_IMAGES) -> dict[str, Any]:
+    """The engine container; ``images``: the operator's (what an unset ``engine.image`` means)."""
     engine, pod = md.spec.engine, md.spec.pod
     mounts = model_mounts(md)
     drain = _DRAIN_SCRIPT.format(
@@ -227,7 +233,7 @@ def container(md: ModelDeployment) -> dict[str, Any]:
     )  # fmt: skip
     out: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
-        "image": md.spec.resolved_engine_image(),
+        "image": images.engine_image(md),
         "imagePullPolicy": engine.image_pull_policy,
         "command": [COMMAND],
         "args": engine_args(md),
@@ -259,27 +265,27 @@ def container(md: ModelDeployment) -> dict[str, Any]:
     return out
 
 
-def download_container(md: ModelDeployment) -> dict[str, Any] | None:
+def download_container(md: ModelDeployment, images: Images = RELEASE_IMAGES) -> dict[str, Any] | None:
     """The init container that fetches a Hugging Face or S3 model into the cache volume; None for other sources.
 
     It runs the engine image (``paged-engine download``) with the engine's CPU and memory but no GPU, and leaves
     ``Reason: message`` in its termination message when it fails (``model_status`` reads it)."""
     step = model_mounts(md).download
-    return None if step is None else _download_container(md, DOWNLOAD_CONTAINER, step)
+    return None if step is None else _download_container(md, DOWNLOAD_CONTAINER, step, images)
 
 
-def init_containers(md: ModelDeployment) -> list[dict[str, Any]]:
+def init_containers(md: ModelDeployment, images: Images = RELEASE_IMAGES) -> list[dict[str, Any]]:
     """The model's download (if any), then one per downloaded adapter."""
-    model = download_container(md)
-    adapters = [_download_container(md, name, step) for name, step in adapter_mounts(md).downloads]
+    model = download_container(md, images)
+    adapters = [_download_container(md, name, step, images) for name, step in adapter_mounts(md).downloads]
     return [model, *adapters] if model is not None else adapters
 
 
-def _download_container(md: ModelDeployment, name: str, step: DownloadStep) -> dict[str, Any]:
+def _download_container(md: ModelDeployment, name: str, step: DownloadStep, images: Images) -> dict[str, Any]:
     engine, pod, res = md.spec.engine, md.spec.pod, md.spec.resources
     out: dict[str, Any] = {
         "name": name,
-        "image": md.spec.resolved_engine_image(),
+        "image": images.engine_image(md),
         "imagePullPolicy": engine.image_pull_policy,
         "command": ["paged-engine"],
         "args": step.args,
@@ -298,11 +304,11 @@ def _download_container(md: ModelDeployment, name: str, step: DownloadStep) -> d
     return out
 
 
-def deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
+def deployment(md: ModelDeployment, uid: str, images: Images = RELEASE_IMAGES) -> dict[str, Any]:
     """The engine Deployment, without ``spec.replicas`` (see the module docstring)."""
     res, rollout, pod = md.spec.resources, md.spec.rollout, md.spec.pod
     pod_spec: dict[str, Any] = {
-        "containers": [container(md)],
+        "containers": [container(md, images)],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,  # the engine never talks to the API server
@@ -314,7 +320,7 @@ def deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
             *(v.to_wire() for v in pod.volumes),
         ],
     }
-    if init := init_containers(md):
+    if init := init_containers(md, images):
         pod_spec["initContainers"] = init
     if res.node_selector:
         pod_spec["nodeSelector"] = dict(res.node_selector)
@@ -336,7 +342,7 @@ def deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(md, deployment_name(md), uid),
+        "metadata": child_metadata(md, deployment_name(md), uid),
         "spec": {
             "selector": {"matchLabels": selector_labels(md)},
             "strategy": {
@@ -366,7 +372,7 @@ def service(md: ModelDeployment, uid: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(md, service_name(md), uid),
+        "metadata": child_metadata(md, service_name(md), uid),
         "spec": {
             "type": md.spec.engine_service_type(),
             "selector": selector_labels(md),
@@ -383,7 +389,7 @@ def config_map(md: ModelDeployment, uid: str, budgets: Budgets) -> dict[str, Any
         "args": engine_args(md),
         "budgets": {SEQS_KEY: budgets.max_num_seqs, TOKENS_KEY: budgets.max_num_batched_tokens},
     }
-    metadata = _metadata(md, config_map_name(md), uid)
+    metadata = child_metadata(md, config_map_name(md), uid)
     metadata["annotations"] = {SPEC_BUDGET_ANNOTATION: _budget_text(md.spec.resolved_budgets())}
     return {
         "apiVersion": "v1",
@@ -434,7 +440,7 @@ def pod_disruption_budget(md: ModelDeployment, uid: str) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(md, pdb_name(md), uid),
+        "metadata": child_metadata(md, pdb_name(md), uid),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(md)}},
     }
 
@@ -447,7 +453,7 @@ def admin_secret(md: ModelDeployment, uid: str, token: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(md, secret_name(md), uid),
+        "metadata": child_metadata(md, secret_name(md), uid),
         "type": "Opaque",
         "stringData": {TOKEN_KEY: token},
     }

@@ -12,7 +12,9 @@ one of them waits through a scale from zero and any other name is a 404 at once.
 
 The PodDisruptionBudget lets one router pod at a time be evicted (``maxUnavailable: 1``, as for the engines):
 with ``router.replicas`` >= 2 the Service keeps a router through a node drain, and a single router never blocks
-a drain (``minAvailable: 1`` would, forever).
+a drain (``minAvailable: 1`` would, forever). A rollout (a new router image after an operator upgrade, a spec
+change) starts a new pod before it stops an old one (``maxSurge: 1, maxUnavailable: 0``), so a single router is
+replaced without a gap.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from paged_platform.api import ModelDeployment
 
 from paged_operator.render import pod_security
 from paged_operator.render.children import HTTP_PORT_NAME, owner_reference, router_name, service_name
+from paged_operator.render.settings import RELEASE_IMAGES, Images
 from paged_operator.render.tracing_env import tracing_args, tracing_env
 
 ROUTER_CONTAINER = "router"
@@ -88,10 +91,11 @@ def _probe(path: str, period_s: int) -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": HTTP_PORT_NAME}, "periodSeconds": period_s, "failureThreshold": 3}
 
 
-def router_deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
+def router_deployment(md: ModelDeployment, uid: str, images: Images = RELEASE_IMAGES) -> dict[str, Any]:
+    """The router pods; a rollout (a new operator's image among others) surges one pod before it takes one away."""
     container: dict[str, Any] = {
         "name": ROUTER_CONTAINER,
-        "image": md.spec.resolved_router_image(),
+        "image": images.router_image(md),
         "command": ["paged-router"],
         "args": router_args(md),
         "ports": [{"name": HTTP_PORT_NAME, "containerPort": ROUTER_PORT, "protocol": "TCP"}],
@@ -109,6 +113,7 @@ def router_deployment(md: ModelDeployment, uid: str) -> dict[str, Any]:
         "spec": {
             "replicas": md.spec.router.replicas,
             "selector": {"matchLabels": router_selector(md)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
                 "metadata": {"labels": router_labels(md)},
                 "spec": {
@@ -160,12 +165,14 @@ def router_role_binding(md: ModelDeployment, uid: str, cluster_role: str) -> dic
     }
 
 
-def router_children(md: ModelDeployment, uid: str, cluster_role: str) -> list[dict[str, Any]]:
+def router_children(
+    md: ModelDeployment, uid: str, cluster_role: str, images: Images = RELEASE_IMAGES
+) -> list[dict[str, Any]]:
     """The router's objects in apply order (identity and rights before the pods that use them)."""
     return [
         router_service_account(md, uid),
         router_role_binding(md, uid, cluster_role),
         router_service(md, uid),
         router_pod_disruption_budget(md, uid),
-        router_deployment(md, uid),
+        router_deployment(md, uid, images),
     ]

@@ -36,7 +36,8 @@ from paged_platform.engine_contract.memory import (
 )
 from paged_platform.tracing_contract import DEFAULT_PROTOCOL, Exporter, OtlpProtocol
 
-#: The images of this release: what an unset `engine.image` / `router.image` means when the operator renders.
+#: The images of this release: the defaults of the operator's `--engine-image` / `--router-image`, which say what an
+#: unset `engine.image` / `router.image` means when the operator renders.
 DEFAULT_ENGINE_IMAGE = "ghcr.io/paged/paged-engine:0.1.0"
 #: `paged-router` ships in the operator image (the platform package without torch).
 DEFAULT_ROUTER_IMAGE = "ghcr.io/paged/paged-operator:0.1.0"
@@ -100,8 +101,9 @@ class EngineSpec(ApiModel):
     """How each replica's engine runs."""
 
     image: str | None = Field(None, min_length=1, max_length=512)
-    """Engine container image; unset: the engine image of the operator's own release (resolved each time the
-    operator renders, not stored, so an operator upgrade rolls the engines onto its matching image)."""
+    """Engine container image; unset: the operator's engine image (its `--engine-image`, the chart's `images.engine`,
+    by default its own release's), resolved each time it renders, not stored, so an operator upgrade rolls the
+    engines onto its matching image."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Weight and activation dtype; `auto` picks float32 on CPU and bfloat16 on GPU."""
@@ -394,7 +396,8 @@ class RouterSpec(ApiModel):
     policy: Literal["cache_aware", "prefix", "least_load", "round_robin", "session"] = "cache_aware"
     replicas: int = Field(1, ge=1, le=100)
     image: str | None = Field(None, min_length=1, max_length=512)
-    """Router container image; unset: the operator's own release's (resolved when rendered, like `engine.image`)."""
+    """Router container image; unset: the operator's router image (its `--router-image`, by default the operator's own
+    image), resolved when it renders, like `engine.image`."""
     env: list[dict[str, Any]] = Field(default_factory=list, max_length=256, json_schema_extra={"default": []})
     """Environment variables of the router container, as in a Pod spec (like `OTEL_EXPORTER_OTLP_HEADERS` from a
     Secret); where `tracing` sets the same name, this value wins."""
@@ -410,6 +413,17 @@ class RouterSpec(ApiModel):
     )
     resources: RouterResources = _sub(RouterResources)
     service: RouterServiceSpec = _sub(RouterServiceSpec)
+
+
+class NetworkPolicySpec(ApiModel):
+    """An opt-in NetworkPolicy `<name>` on the engine pods: only this ModelDeployment's router, the operator (its
+    metrics reads and admin calls) and Prometheus (as the operator's chart identifies it) reach them, and the
+    admin port only from the operator. Takes effect where the cluster's network plugin enforces NetworkPolicies."""
+
+    enabled: bool = False
+    allow_from: list[dict[str, Any]] = Field(default_factory=list, max_length=32, json_schema_extra={"default": []})
+    """Further peers that may reach the engines' API port, as in a NetworkPolicy's `from` (`podSelector`,
+    `namespaceSelector`, `ipBlock`): the clients of engines that no router fronts, an ingress gateway."""
 
 
 class TracingSpec(ApiModel):
@@ -506,6 +520,7 @@ class ModelDeploymentSpec(ApiModel):
     rollout: RolloutSpec = _sub(RolloutSpec)
     service: ServiceSpec = _sub(ServiceSpec)
     router: RouterSpec = _sub(RouterSpec)
+    network_policy: NetworkPolicySpec = _sub(NetworkPolicySpec)
     tracing: TracingSpec = _sub(TracingSpec)
     pod: PodSettings = _sub(PodSettings)
     auth: AuthSpec = _sub(AuthSpec)
@@ -519,12 +534,6 @@ class ModelDeploymentSpec(ApiModel):
         """How long a replica may take to serve before it is restarted (``engine.startupTimeoutSeconds``)."""
         given = self.engine.startup_timeout_seconds
         return given if given is not None else DEFAULT_STARTUP_TIMEOUT_S["gpu" if self.resources.gpus else "cpu"]
-
-    def resolved_engine_image(self) -> str:
-        return self.engine.image or DEFAULT_ENGINE_IMAGE
-
-    def resolved_router_image(self) -> str:
-        return self.router.image or DEFAULT_ROUTER_IMAGE
 
     def resolved_router_queue_timeout_s(self) -> int:
         """How long the router holds a request (``router.queueTimeoutSeconds``): unset, a replica's start-up

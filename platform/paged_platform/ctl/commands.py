@@ -164,23 +164,64 @@ async def render_children(
             "--router-cluster-role", help="ClusterRole the router's RoleBinding names (default: the chart's)."
         ),
     ] = None,
+    engine_image: Annotated[
+        str | None,
+        typer.Option("--engine-image", help="The operator's --engine-image (default: this release's engine image)."),
+    ] = None,
+    router_image: Annotated[
+        str | None,
+        typer.Option("--router-image", help="The operator's --router-image (default: this release's operator image)."),
+    ] = None,
+    operator_namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--operator-namespace",
+            help="The operator's namespace, whose pods spec.networkPolicy admits (default: none, no such rule).",
+        ),
+    ] = None,
+    operator_pod_label: Annotated[
+        list[str] | None,
+        typer.Option("--operator-pod-label", metavar="KEY=VALUE", help="A label of the operator's pods (repeatable)."),
+    ] = None,
+    prometheus_namespace_label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--prometheus-namespace-label", metavar="KEY=VALUE", help="A label of Prometheus' namespaces (repeatable)."
+        ),
+    ] = None,
+    prometheus_pod_label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--prometheus-pod-label", metavar="KEY=VALUE", help="A label of the Prometheus pods (repeatable)."
+        ),
+    ] = None,
 ) -> None:
     """Print the objects the operator would create for each ModelDeployment in FILE (no cluster, like helm template).
 
     Built by the operator's own code, in the order it applies them; the budgets are those a new object starts with.
+    The options are the operator's flags that change what it renders (the chart sets them from its values).
     Placeholders stand for what only a cluster gives: the owner uid (<assigned-by-the-api-server>)
     and the admin token in the Secret (the operator derives it from its key and the uid).
     The engine Deployment has no spec.replicas: the operator sets the count apart (replicas.min at first).
     """
     docs = read_model_deployments(filename, namespace)
+    flags = template.OperatorFlags(
+        router_cluster_role=router_cluster_role,
+        engine_image=engine_image,
+        router_image=router_image,
+        operator_namespace=operator_namespace,
+        operator_pod_labels=tuple(operator_pod_label or ()),
+        prometheus_namespace_labels=tuple(prometheus_namespace_label or ()),
+        prometheus_pod_labels=tuple(prometheus_pod_label or ()),
+    )
     objects: list[dict[str, Any]] = []
     try:
         for _, md in docs:
-            objects += template.operator_children(
-                template.with_namespace(md, namespace or "default"), router_cluster_role
-            )
+            objects += template.operator_children(template.with_namespace(md, namespace or "default"), flags)
     except template.OperatorMissing as exc:
         raise KubeError(str(exc)) from None
+    except template.BadFlag as exc:
+        raise UsageError(str(exc)) from None
     typer.echo(render.dump_manifests(objects, output), nl=False)
     render.stderr().print(
         f"note: the owner uid ({template.UID_PLACEHOLDER}) and the admin token are placeholders (see --help)",

@@ -152,12 +152,12 @@ def describe(console: Console, md: ModelDeployment) -> None:
     model = spec.model
     budget, resolved = spec.scheduler_budget, spec.resolved_budgets()
     auto = spec.autoscaling
+    image = spec.engine.image or "the operator's engine image (--engine-image)"  # resolved when the operator renders
     lines = [
         f"[bold]Name:[/bold]        {md.metadata.name}",
         f"[bold]Namespace:[/bold]   {md.metadata.namespace or '-'}",
         f"[bold]Model:[/bold]       {escape(model.describe())} (served as {escape(model.resolved_served_name)})",
-        f"[bold]Engine:[/bold]      {escape(spec.resolved_engine_image())} dtype={spec.engine.dtype}"
-        f" blockSize={spec.engine.block_size}",
+        f"[bold]Engine:[/bold]      {escape(image)} dtype={spec.engine.dtype} blockSize={spec.engine.block_size}",
         f"[bold]Endpoint:[/bold]    {escape(status.endpoint or '-')}",
         f"[bold]Replicas:[/bold]    {status.ready_replicas} ready, {status.desired_replicas} desired,"
         f" {status.replicas} current (min {spec.replicas.min}, max {spec.replicas.max})",
