@@ -21,6 +21,14 @@ MAX_NUM_BATCHED_TOKENS = "paged_scheduler_max_num_batched_tokens"
 #: The live budgets' limits: the highest budgets the engine's admin API accepts (fixed at start-up).
 MAX_NUM_SEQS_LIMIT = "paged_scheduler_max_num_seqs_limit"
 MAX_NUM_BATCHED_TOKENS_LIMIT = "paged_scheduler_max_num_batched_tokens_limit"
+# One series per engine core (label ``engine``: its data-parallel rank); the unlabelled ones above are the sums
+# (running, waiting) and the mean (KV usage) over the cores.
+CORE_KV_USAGE = "paged_core_kv_cache_usage_ratio"
+CORE_RUNNING = "paged_core_requests_running"
+CORE_WAITING = "paged_core_requests_waiting"
+CORE_GENERATION_TOKENS = "paged_core_generation_tokens_total"
+CORE_MAX_NUM_SEQS = "paged_core_scheduler_max_num_seqs"
+CORE_LABEL = "engine"
 STEP_PHASE = "paged_step_phase_seconds"  # histogram, label ``phase``: where an engine step's time went
 ENGINE_INFO = "paged_engine_info"  # labels only: dtype, CPU kernel variant, GEMM backend, ...
 #: One series of value 1 per model name a replica serves now: ``model_name`` the base model's served name,

@@ -25,6 +25,7 @@ from paged_engine.sampling_params import MAX_LOGPROBS
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 GREEDY_HEADS = ("auto", "fp32")
+MAX_DATA_PARALLEL = 64  # engine cores behind one API server
 MAX_TENSOR_PARALLEL = 64  # ranks of one tensor-parallel group: the most GPUs a host carries, with room
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
@@ -88,6 +89,13 @@ class EngineConfig:
         1, "devices the model is cut across (heads, MLP rows and vocabulary); above 1, one worker process per"
         " rank, joined by gloo on a CPU and NCCL on a GPU",
     )  # fmt: skip
+    data_parallel_size: int = setting(
+        1, "engine cores behind one API server, each with its own scheduler, KV cache and tensor-parallel-size"
+        " ranks; each request goes to the least loaded (paged-engine serve only)",
+    )  # fmt: skip
+    data_parallel_rank: int = setting(
+        0, "this engine core's index among --data-parallel-size (the API server sets it for each core it starts)"
+    )
     nnodes: int = setting(
         1, "hosts the ranks are spread over, tensor-parallel-size / nnodes on each; hosts other than the first run"
         " `paged-engine serve --headless --node-rank N`", env="NNODES", parse=int,
@@ -150,10 +158,30 @@ class EngineConfig:
         """The ranks each host runs."""
         return self.world_size // self.nnodes
 
+    def threads_per_rank(self, cpu_count: int) -> int | None:
+        """CPU threads of one rank: ``num_threads``, else this host's cores shared by its ranks of every engine
+        core; None (torch's choice) with one rank on the host."""
+        ranks = self.local_world_size * self.data_parallel_size
+        if self.num_threads is not None or ranks == 1:
+            return self.num_threads
+        return max(1, cpu_count // ranks)
+
+    def first_device_index(self) -> int:
+        """The GPU index of this engine core's first local rank (the cores of one host take consecutive GPUs)."""
+        return self.data_parallel_rank * self.local_world_size
+
     def _validate_parallelism(self) -> None:
         if not 1 <= self.tensor_parallel_size <= MAX_TENSOR_PARALLEL:
             raise ValueError(f"tensor_parallel_size must be in [1, {MAX_TENSOR_PARALLEL}], got "
                              f"{self.tensor_parallel_size}")  # fmt: skip
+        if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL:
+            raise ValueError(f"data_parallel_size must be in [1, {MAX_DATA_PARALLEL}], got {self.data_parallel_size}")
+        if not 0 <= self.data_parallel_rank < self.data_parallel_size:
+            raise ValueError(f"data_parallel_rank must be in [0, data_parallel_size={self.data_parallel_size}), "
+                             f"got {self.data_parallel_rank}")  # fmt: skip
+        if self.data_parallel_size > 1 and self.nnodes > 1:
+            raise ValueError("data parallelism across several hosts is not served yet: run --data-parallel-size on "
+                             "one host, or one replica per host")  # fmt: skip
         if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
             raise ValueError(f"node_rank must be in [0, nnodes={self.nnodes}), got {self.node_rank}")
         if self.world_size % self.nnodes:

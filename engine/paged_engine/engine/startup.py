@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,9 +111,13 @@ def apply_cpu_isa(level: str, dtype: torch.dtype) -> dict[str, str]:
 
 def place(config: EngineConfig) -> Placement:
     torch.manual_seed(config.seed)
-    if config.num_threads is not None:
-        torch.set_num_threads(config.num_threads)
+    threads = config.threads_per_rank(os.cpu_count() or 1)
+    if threads is not None:
+        torch.set_num_threads(threads)
     device = resolve_device(config.device)
+    if device.type == "cuda" and device.index is None and config.data_parallel_size > 1:
+        device = torch.device("cuda", config.first_device_index())  # this core's GPU, after the other cores'
+
     dtype = resolve_dtype(config.dtype, device)
     cpu_isas = apply_cpu_isa(config.cpu_isa, dtype)
     bf16_gemm = "none"

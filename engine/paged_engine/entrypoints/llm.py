@@ -50,6 +50,9 @@ class LLM:
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         self.config = EngineConfig.from_kwargs(model=model, **kwargs)
+        if self.config.data_parallel_size > 1:
+            raise ValueError("LLM runs one engine core: data_parallel_size is for `paged-engine serve` (or run one "
+                             "LLM per process)")  # fmt: skip
         self.engine = LLMEngine(self.config)
         self._ids = itertools.count()
 

@@ -50,12 +50,9 @@ def rank_config(config: EngineConfig, local_rank: int) -> EngineConfig:
     """The rank's own settings: its GPU (``cuda:LOCAL_RANK``) and, on a CPU, its share of the host's cores."""
     import torch
 
-    changes: dict[str, object] = {}
     if config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available()):
-        changes["device"] = f"cuda:{local_rank}"
-    elif config.num_threads is None:
-        changes["num_threads"] = max(1, (os.cpu_count() or 1) // config.local_world_size)
-    return dataclasses.replace(config, **changes) if changes else config
+        return dataclasses.replace(config, device=f"cuda:{config.first_device_index() + local_rank}")
+    return dataclasses.replace(config, num_threads=config.threads_per_rank(os.cpu_count() or 1))
 
 
 def run_worker(args: WorkerArgs, conn: Connection) -> None:

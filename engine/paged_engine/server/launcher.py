@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -29,7 +30,8 @@ from paged_engine.engine.core_proc import CoreProcAddresses, run_engine_core
 from paged_engine.request_limits import RequestLimits
 from paged_engine.server.app import build_admin_app, build_app
 from paged_engine.server.config import ServerConfig
-from paged_engine.server.engine_client import EngineClient, EngineDeadError
+from paged_engine.server.data_parallel import CoreEndpoint, EngineCores
+from paged_engine.server.engine_client import EngineDeadError
 from paged_engine.server.metrics import EngineMetrics
 from paged_engine.server.serving import Serving
 from paged_engine.server.shutdown import ShutdownDrain
@@ -45,30 +47,32 @@ LOAD_TIMEOUT_S = 1800.0
 
 
 def run_server(server: ServerConfig, config: EngineConfig, model_name: str) -> int:
-    """Runs the API server in this process and the engine core (``config``) in a spawned one; ``model_name`` is
-    the name clients use. Returns the process's exit code."""
+    """Runs the API server in this process and the engine core(s) (``config``; one per ``--data-parallel-size``)
+    in spawned ones; ``model_name`` is the name clients use. Returns the process's exit code."""
     ipc_dir = Path(tempfile.mkdtemp(prefix="paged-ipc-"))
-    addresses = CoreProcAddresses(f"ipc://{ipc_dir}/input", f"ipc://{ipc_dir}/output")
-    process = multiprocessing.get_context("spawn").Process(
-        # not daemonic: the core starts worker processes of its own; it dies with this process (process_tree)
-        target=run_engine_core,
-        args=(config, addresses, server.log_level, os.getpid()),
-        name="EngineCore",
-    )
-    process.start()
+    endpoints = []
+    for rank in range(config.data_parallel_size):
+        addresses = CoreProcAddresses(f"ipc://{ipc_dir}/input-{rank}", f"ipc://{ipc_dir}/output-{rank}")
+        core_config = dataclasses.replace(config, data_parallel_rank=rank)
+        process = multiprocessing.get_context("spawn").Process(
+            # not daemonic: the core starts worker processes of its own; it dies with this process (process_tree)
+            target=run_engine_core, args=(core_config, addresses, server.log_level, os.getpid()),
+            name=f"EngineCore-{rank}" if config.data_parallel_size > 1 else "EngineCore",
+        )  # fmt: skip
+        process.start()
+        endpoints.append(CoreEndpoint(process, addresses.input_address, addresses.output_address))
     try:
-        return asyncio.run(_serve(server, model_name, addresses, process))
+        return asyncio.run(_serve(server, model_name, endpoints))
     finally:
-        if process.is_alive():
-            process.kill()
+        for endpoint in endpoints:
+            if endpoint.process.is_alive():
+                endpoint.process.kill()
         shutil.rmtree(ipc_dir, ignore_errors=True)
 
 
-async def _serve(
-    server: ServerConfig, model_name: str, core: CoreProcAddresses, process: multiprocessing.Process
-) -> int:
+async def _serve(server: ServerConfig, model_name: str, endpoints: list[CoreEndpoint]) -> int:
     metrics = EngineMetrics(model_name)
-    client = EngineClient(process, core.input_address, core.output_address, metrics.observe_step)
+    client = EngineCores(endpoints, metrics)
     state = ServerState(client, metrics, server.api_key, server.admin_token)
     public: _GracefulServer | None = None
     failed = False

@@ -88,6 +88,15 @@ class EngineMetrics:
             "paged_lora_requests", "API requests served by each LoRA adapter (base-model requests are not counted).",
             ["model_name", "lora_name"], registry=r,
         )  # fmt: skip
+        per_core = ["model_name", names.CORE_LABEL]
+        self.core_kv_cache_usage = Gauge(names.CORE_KV_USAGE, "One engine core's used KV blocks / its blocks.",
+                                         per_core, registry=r)  # fmt: skip
+        self.core_running = Gauge(names.CORE_RUNNING, "One engine core's running requests.", per_core, registry=r)
+        self.core_waiting = Gauge(names.CORE_WAITING, "One engine core's waiting requests.", per_core, registry=r)
+        self.core_generation_tokens = Counter(names.CORE_GENERATION_TOKENS.removesuffix("_total"),
+                                              "Tokens one engine core generated.", per_core, registry=r)  # fmt: skip
+        self.core_max_num_seqs = Gauge(names.CORE_MAX_NUM_SEQS, "One engine core's sequences-per-step budget.",
+                                       per_core, registry=r)  # fmt: skip
         self.info = Info(names.ENGINE_INFO.removesuffix("_info"), "Static facts about this engine.", registry=r)
         self.served_models = Gauge(
             names.SERVED_MODEL_INFO, "1 per model name this engine serves now: the base model and each loaded LoRA "
@@ -116,6 +125,15 @@ class EngineMetrics:
             self.iteration_tokens.observe(stats.num_scheduled_tokens)
         for phase, seconds in stats.step_phases.items():
             self.observe_phase(phase, seconds)
+
+    def observe_core(self, engine: str, stats: SchedulerStats) -> None:
+        """One engine core's own figures (``observe_step`` takes the figures of all of them)."""
+        self.core_kv_cache_usage.labels(self.model_name, engine).set(stats.kv_cache_usage)
+        self.core_running.labels(self.model_name, engine).set(stats.num_running)
+        self.core_waiting.labels(self.model_name, engine).set(stats.num_waiting)
+        self.core_max_num_seqs.labels(self.model_name, engine).set(stats.max_num_seqs)
+        if stats.num_generation_tokens:
+            self.core_generation_tokens.labels(self.model_name, engine).inc(stats.num_generation_tokens)
 
     def set_served_models(self, adapters: list[str]) -> None:
         """The base model and ``adapters`` (the LoRA adapters loaded now) as ``paged_served_model_info`` series;

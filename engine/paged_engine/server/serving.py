@@ -19,7 +19,8 @@ from paged_engine.core.scheduler_output import Logprobs
 from paged_engine.output_processor import ChoiceState, ChoiceUpdate
 from paged_engine.request_limits import RequestLimits
 from paged_engine.sampling_params import SamplingParams, SamplingParamsError
-from paged_engine.server.engine_client import EngineClient, EngineDeadError, StreamQueue
+from paged_engine.server.data_parallel import EngineCores
+from paged_engine.server.engine_client import EngineDeadError, StreamQueue
 from paged_engine.server.errors import APIError, bad_request
 from paged_engine.server.protocol import (
     ChatCompletionRequest,
@@ -40,7 +41,7 @@ from paged_engine.tools import ToolCallStream, ToolPlan
 class Serving:
     def __init__(
         self,
-        client: EngineClient,
+        client: EngineCores,
         tokenizer: Tokenizer,
         served_model_name: str,
         limits: RequestLimits,

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 
-from paged_engine.server.engine_client import EngineClient
+from paged_engine.server.data_parallel import EngineCores
 from paged_engine.server.errors import ANTHROPIC_PATHS, APIError
 from paged_engine.server.metrics import EngineMetrics
 from paged_engine.server.serving import Serving
@@ -19,7 +19,7 @@ class ServerState:
     """``serving`` and ``info`` are None while the model loads: the port is open (liveness answers) but
     ``/ready`` is false and API calls get 503."""
 
-    def __init__(self, client: EngineClient, metrics: EngineMetrics, api_key: str | None, admin_token: str | None):
+    def __init__(self, client: EngineCores, metrics: EngineMetrics, api_key: str | None, admin_token: str | None):
         self.client = client
         self.metrics = metrics
         self.api_key = api_key
