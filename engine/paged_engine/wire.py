@@ -141,6 +141,7 @@ class EngineInfo(msgspec.Struct):
     max_lora_rank: int
     loras: list[LoraInfo]
     tensor_parallel_size: int
+    pipeline_parallel_size: int
     data_parallel_size: int
     world_size: int  # worker processes (1: the model runs in the engine-core process)
     collective_backend: str  # gloo, nccl, or "none" in one process
@@ -153,6 +154,7 @@ class EngineInfo(msgspec.Struct):
             "num_kv_blocks": str(self.num_blocks), "block_size": str(self.block_size),
             "prefill_attention": self.prefill_attention, "cuda_graphs": self.cuda_graphs,
             "cpu_bf16_gemm": self.cpu_bf16_gemm, "tensor_parallel_size": str(self.tensor_parallel_size),
+            "pipeline_parallel_size": str(self.pipeline_parallel_size),
             "data_parallel_size": str(self.data_parallel_size),
             "world_size": str(self.world_size), "collective_backend": self.collective_backend,
         }  # fmt: skip

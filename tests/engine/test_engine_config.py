@@ -141,7 +141,10 @@ def test_parallel_settings_from_flags_or_torchrun_style_environment(monkeypatch)
     ("settings", "message"),
     [
         ({"tensor_parallel_size": 0}, r"tensor_parallel_size must be in \[1, 64\], got 0"),
-        ({"tensor_parallel_size": 3, "nnodes": 2, "master_port": 29500}, "3 must be a multiple of nnodes 2"),
+        (
+            {"tensor_parallel_size": 3, "nnodes": 2, "master_port": 29500},
+            r"tensor x pipeline parallel: 3\) must be a multiple of nnodes 2",
+        ),
         ({"tensor_parallel_size": 2, "nnodes": 2}, "several hosts need --master-port"),
         ({"tensor_parallel_size": 2, "nnodes": 2, "node_rank": 2, "master_port": 1}, r"node_rank must be in \[0, "),
         ({"worker_step_timeout": 0}, "worker_step_timeout must be positive seconds"),

@@ -1,4 +1,5 @@
-"""LoRA adapters under tensor parallelism, against PEFT: each rank reads its cut of the adapter into the same slot,
+"""LoRA adapters under tensor and pipeline parallelism, against PEFT: each rank reads its cut of the adapter (its
+heads' rows and columns, its stage's layers) into the same slot,
 a mixed batch of two adapters and the base model gives PEFT's greedy tokens, and loads, unloads and refusals go
 to every rank."""
 
@@ -31,10 +32,12 @@ def setup(tmp_path_factory):
     return base, adapters, refs
 
 
-def test_adapters_across_two_ranks_match_peft(setup, tmp_path):
+@pytest.mark.parametrize("layout", [(2, 1), (1, 2)], ids=["tp2", "pp2"])
+def test_adapters_across_two_ranks_match_peft(setup, tmp_path, layout):
     base, adapters, refs = setup
-    llm = LLM(str(base), tensor_parallel_size=2, num_threads=1, block_size=BLOCK_SIZE, num_kv_blocks=256,
-              max_model_len=96, max_num_seqs=16, max_num_batched_tokens=16, max_lora_rank=8,
+    tp, pp = layout
+    llm = LLM(str(base), tensor_parallel_size=tp, pipeline_parallel_size=pp, num_threads=1, block_size=BLOCK_SIZE,
+              num_kv_blocks=256, max_model_len=96, max_num_seqs=16, max_num_batched_tokens=16, max_lora_rank=8,
               lora_modules=[f"one={adapters['one']}"])  # fmt: skip
     try:
         llm.load_lora("two", str(adapters["two"]))  # at run time, through the workers

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from paged_engine.parallel.layout import ShardingError, TensorShard
+from paged_engine.parallel.layout import PipelineStage, ShardingError, TensorShard
 
 
 @st.composite
@@ -53,3 +53,15 @@ def test_uncuttable_models_are_refused_naming_the_size(sizes, named):
     size, heads, kv, intermediate, vocab = sizes
     with pytest.raises(ShardingError, match=named):
         TensorShard(0, size, heads, kv, intermediate, vocab)
+
+
+@given(st.integers(1, 80), st.integers(1, 8))
+def test_pipeline_stages_hold_every_layer_once_in_order(num_layers, size):
+    if size > num_layers:
+        with pytest.raises(ShardingError, match=f"more than the model's {num_layers} layers"):
+            PipelineStage(0, size, num_layers)
+        return
+    stages = [PipelineStage(rank, size, num_layers) for rank in range(size)]
+    assert [layer for s in stages for layer in s.layers] == list(range(num_layers))
+    sizes = [len(s.layers) for s in stages]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)

@@ -89,6 +89,10 @@ class EngineConfig:
         1, "devices the model is cut across (heads, MLP rows and vocabulary); above 1, one worker process per"
         " rank, joined by gloo on a CPU and NCCL on a GPU",
     )  # fmt: skip
+    pipeline_parallel_size: int = setting(
+        1, "stages the layers are split into, one after the other, each on tensor-parallel-size ranks of its own"
+        " (a worker process per rank)",
+    )  # fmt: skip
     data_parallel_size: int = setting(
         1, "engine cores behind one API server, each with its own scheduler, KV cache and tensor-parallel-size"
         " ranks; each request goes to the least loaded (paged-engine serve only)",
@@ -150,8 +154,13 @@ class EngineConfig:
 
     @property
     def world_size(self) -> int:
-        """Worker processes the engine runs (one per rank); 1: the model runs in the engine-core process."""
-        return self.tensor_parallel_size
+        """Worker processes an engine core runs (one per rank); 1: the model runs in the engine-core process."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def sampling_rank(self) -> int:
+        """The rank whose step output the engine core takes: the first of the last pipeline stage (it samples)."""
+        return (self.pipeline_parallel_size - 1) * self.tensor_parallel_size
 
     @property
     def local_world_size(self) -> int:
@@ -174,6 +183,9 @@ class EngineConfig:
         if not 1 <= self.tensor_parallel_size <= MAX_TENSOR_PARALLEL:
             raise ValueError(f"tensor_parallel_size must be in [1, {MAX_TENSOR_PARALLEL}], got "
                              f"{self.tensor_parallel_size}")  # fmt: skip
+        if not 1 <= self.pipeline_parallel_size <= MAX_TENSOR_PARALLEL:
+            raise ValueError(f"pipeline_parallel_size must be in [1, {MAX_TENSOR_PARALLEL}], got "
+                             f"{self.pipeline_parallel_size}")  # fmt: skip
         if not 1 <= self.data_parallel_size <= MAX_DATA_PARALLEL:
             raise ValueError(f"data_parallel_size must be in [1, {MAX_DATA_PARALLEL}], got {self.data_parallel_size}")
         if not 0 <= self.data_parallel_rank < self.data_parallel_size:
@@ -185,8 +197,8 @@ class EngineConfig:
         if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
             raise ValueError(f"node_rank must be in [0, nnodes={self.nnodes}), got {self.node_rank}")
         if self.world_size % self.nnodes:
-            raise ValueError(f"tensor_parallel_size {self.world_size} must be a multiple of nnodes {self.nnodes}: "
-                             "each host runs the same number of ranks")  # fmt: skip
+            raise ValueError(f"the ranks (tensor x pipeline parallel: {self.world_size}) must be a multiple of "
+                             f"nnodes {self.nnodes}: each host runs the same number of ranks")  # fmt: skip
         if self.nnodes > 1 and self.master_port is None:
             raise ValueError("several hosts need --master-port (MASTER_PORT): every host must find host 0's store")
         if self.master_port is not None and not 1 <= self.master_port <= 65533:

@@ -195,7 +195,8 @@ class EngineCore:
             gemm_backend=r.gemm_backend, cpu_isas=dict(r.cpu_isas), cpu_bf16_gemm=r.cpu_bf16_gemm,
             budgets=self.budgets(), limits=self.budget_limits, lora_enabled=self.executor.loras is not None,
             max_loras=config.max_loras, max_lora_rank=config.max_lora_rank, loras=self.loaded_loras(),
-            tensor_parallel_size=config.tensor_parallel_size, data_parallel_size=config.data_parallel_size,
+            tensor_parallel_size=config.tensor_parallel_size, pipeline_parallel_size=config.pipeline_parallel_size,
+            data_parallel_size=config.data_parallel_size,
             world_size=config.world_size,
             collective_backend=r.collective_backend,
         )  # fmt: skip

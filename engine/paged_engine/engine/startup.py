@@ -42,6 +42,7 @@ from paged_engine.lora.layers import LoraSlots
 from paged_engine.lora.registry import LoraRegistry
 from paged_engine.models.cpu_gemm import resolve_gemm_backend
 from paged_engine.models.decoder import DecoderForCausalLM
+from paged_engine.parallel.collectives import world_min
 from paged_engine.sample import StructuredOutput
 from paged_engine.structured_output.grammar import GrammarCompiler
 from paged_engine.tokenizer.loader import write_gguf_tokenizer_folder
@@ -153,10 +154,11 @@ def eos_token_ids(folder: Path, config: object) -> list[int]:
     return ids
 
 
-def load_model(config: EngineConfig, folder: Path, placement: Placement, tp_rank: int = 0) -> LoadedModel:
-    """The model (rank ``tp_rank``'s share of it under tensor parallelism) and its adapters' slots."""
-    model, hf_config = load_hf_model(folder, dtype=placement.dtype, device=placement.device, tp_rank=tp_rank,
-                                     tp_size=config.tensor_parallel_size)  # fmt: skip
+def load_model(config: EngineConfig, folder: Path, placement: Placement, rank: int = 0) -> LoadedModel:
+    """The model (rank ``rank``'s share of it under tensor and pipeline parallelism) and its adapters' slots."""
+    model, hf_config = load_hf_model(folder, dtype=placement.dtype, device=placement.device, rank=rank,
+                                     tp_size=config.tensor_parallel_size,
+                                     pp_size=config.pipeline_parallel_size)  # fmt: skip
     gemm_backend = resolve_gemm_backend(config.gemm_backend, placement.device, placement.dtype)
     if gemm_backend == "packed":
         model.pack_weights_for_cpu()
@@ -204,8 +206,8 @@ def plan_kv(config: EngineConfig, model: DecoderForCausalLM, placement: Placemen
     plan = plan_kv_cache(model, config.block_size, placement.dtype, max_model_len,
                          kv_cache_memory=kv_cache_memory, num_blocks=config.num_kv_blocks,
                          device=placement.device)  # fmt: skip
-    if model.tp is not None:  # one block table for every rank: the pool fits the rank with the least memory
-        fewest = model.tp.min(plan.config.num_blocks)
+    if model.tp is not None or model.pp is not None:  # one block table for every rank: the pool fits the rank
+        fewest = world_min(plan.config.num_blocks, placement.device)  # with the least memory
         if fewest != plan.config.num_blocks:
             plan = plan_kv_cache(model, config.block_size, placement.dtype, max_model_len, num_blocks=fewest,
                                  device=placement.device)  # fmt: skip
@@ -273,6 +275,8 @@ def build_runner(
     spec = loaded.model.spec
     attention = select_attention(config, placement, spec.head_dim)
     graphs_off = graphs_off_reason(placement.device.type, attention.backend, config.enforce_eager)
+    if graphs_off is None and loaded.model.pp is not None:
+        graphs_off = "pipeline parallelism (a stage's decode step waits on the stage before)"
     if graphs_off is not None and placement.device.type == "cuda":
         logger.info("CUDA graphs off: %s", graphs_off)
     backend = get_backend(attention.backend)
@@ -301,10 +305,10 @@ class StartedRunner:
 
 
 def start_runner(
-    config: EngineConfig, folder: Path, *, serving: bool, load_tokenizer: Callable[[], Any], tp_rank: int = 0
+    config: EngineConfig, folder: Path, *, serving: bool, load_tokenizer: Callable[[], Any], rank: int = 0
 ) -> StartedRunner:
     """The four stages in order: what the in-process executor and each worker process run."""
     placement = place(config)
-    loaded = load_model(config, folder, placement, tp_rank)
+    loaded = load_model(config, folder, placement, rank)
     kv = plan_kv(config, loaded.model, placement, serving=serving)
     return StartedRunner(placement, loaded, kv, build_runner(config, placement, loaded, kv, load_tokenizer))

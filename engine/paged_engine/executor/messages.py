@@ -39,7 +39,7 @@ class WorkerFailed(msgspec.Struct, tag="failed", array_like=True):
 
 class StepDone(msgspec.Struct, tag="step_done", array_like=True):
     rank: int
-    output: ModelRunnerOutput | None  # the sampling rank's (rank 0); the others' are the same and not sent
+    output: ModelRunnerOutput | None  # the sampling rank's (the last stage's first); no other's is sent
     phases: dict[str, float]
 
 

@@ -32,7 +32,7 @@ from paged_engine.executor.report import RunnerReport
 from paged_engine.executor.shm_ring import BroadcastRing, RingTimeout
 from paged_engine.executor.worker_proc import WorkerArgs, run_worker
 from paged_engine.lora.registry import LoraError, LoraRegistry
-from paged_engine.parallel.layout import TensorShard
+from paged_engine.parallel.layout import PipelineStage, TensorShard
 from paged_engine.wire import LoraInfo
 
 logger = logging.getLogger(__name__)
@@ -42,14 +42,15 @@ STOP_GRACE_S = 5.0
 PEER_DEATH_GRACE_S = 1.0  # how long a rank's failure waits to learn whether a dead peer caused it
 
 
-def check_cut(model_folder: Path, tensor_parallel_size: int) -> None:
-    """Refuse a size the model cannot be cut by (a :class:`ShardingError` naming the sizes) before any worker
-    starts."""
+def check_cut(model_folder: Path, config: EngineConfig) -> None:
+    """Refuse sizes the model cannot be cut by (a :class:`ShardingError` naming them) before any worker starts."""
     from paged_engine.loader.hf import load_hf_config
     from paged_engine.models.registry import spec_from_config
 
     spec = spec_from_config(load_hf_config(model_folder))
-    TensorShard(0, tensor_parallel_size, spec.num_heads, spec.num_kv_heads, spec.intermediate_size, spec.vocab_size)
+    TensorShard(0, config.tensor_parallel_size, spec.num_heads, spec.num_kv_heads, spec.intermediate_size,
+                spec.vocab_size)  # fmt: skip
+    PipelineStage(0, config.pipeline_parallel_size, spec.num_layers)
 
 
 class WorkerError(RuntimeError):
@@ -129,7 +130,8 @@ class MultiprocExecutor:
         self.config = config
         self.world_size = config.world_size
         self.loras = LoraRegistry(config.max_loras, config.max_lora_rank) if config.lora_enabled else None
-        check_cut(model_folder, config.tensor_parallel_size)
+        check_cut(model_folder, config)
+        self.sampling_rank = config.sampling_rank
         self._phases: dict[str, float] = {}
         self._stopped = False
         self.remote = CoreChannel(config.master_addr, config.master_port) if config.nnodes > 1 else None
@@ -159,9 +161,9 @@ class MultiprocExecutor:
             self._broadcast(messages.RunStep(scheduler_output), timeout)
         except RingTimeout as exc:
             self._fail(f"the workers did not take the next step: {exc}")
-        done = self._collect(messages.StepDone, timeout, "a step")
-        self._phases = done[0].phases
-        output = done[0].output
+        done = self._collect(messages.StepDone, timeout, "a step")[self.sampling_rank]
+        self._phases = done.phases
+        output = done.output
         assert output is not None
         return output
 

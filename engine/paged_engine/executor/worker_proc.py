@@ -77,7 +77,7 @@ def run_worker(args: WorkerArgs, conn: Connection) -> None:
         backend = init_group(rank, config.world_size, args.init_method, device, config.worker_step_timeout)
         tokenizer = lambda: load_tokenizer(args.model_folder)  # noqa: E731
         built = startup.start_runner(config, args.model_folder, serving=args.serving, load_tokenizer=tokenizer,
-                                     tp_rank=rank)  # fmt: skip
+                                     rank=rank)  # fmt: skip
         conn.send_bytes(messages.encode(messages.WorkerReady(rank, runner_report(built, backend))))
     except Exception as exc:
         log.exception("worker %d failed to start", rank)
@@ -93,12 +93,13 @@ def run_worker(args: WorkerArgs, conn: Connection) -> None:
             os._exit(1)
 
     runner = built.runner.runner
+    sampling = config.sampling_rank  # its output goes to the core
     while True:
         message = messages.decode_to_workers(reader.read(check=parent_alive))
         if isinstance(message, messages.StopWorkers):
             os._exit(0)
         try:
-            reply = handle(runner, rank, message)
+            reply = handle(runner, rank, sampling, message)
         except Exception as exc:
             log.exception("worker %d failed a step", rank)
             conn.send_bytes(messages.encode(messages.WorkerFailed(rank, f"{type(exc).__name__}: {exc}")))
@@ -107,12 +108,15 @@ def run_worker(args: WorkerArgs, conn: Connection) -> None:
 
 
 def handle(
-    runner: ModelRunner, rank: int, message: messages.RunStep | messages.LoadAdapter | messages.UnloadAdapter
+    runner: ModelRunner,
+    rank: int,
+    sampling: int,
+    message: messages.RunStep | messages.LoadAdapter | messages.UnloadAdapter,
 ) -> messages.StepDone | messages.AdapterDone:
     """One broadcast message's work and this rank's answer; an exception is the worker's end."""
     if isinstance(message, messages.RunStep):
         output = runner.execute_model(message.scheduler_output)
-        return messages.StepDone(rank, output if rank == 0 else None, runner.last_phases)
+        return messages.StepDone(rank, output if rank == sampling else None, runner.last_phases)
     slots = runner.lora
     assert slots is not None, "adapter messages come only with LoRA on"
     if isinstance(message, messages.UnloadAdapter):

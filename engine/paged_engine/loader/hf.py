@@ -65,15 +65,16 @@ def load_hf_model(
     folder: str | Path,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
-    tp_rank: int = 0,
+    rank: int = 0,
     tp_size: int = 1,
+    pp_size: int = 1,
 ) -> tuple[DecoderForCausalLM, Any]:
-    """Build the model named by ``folder/config.json`` (rank ``tp_rank``'s share of it under tensor parallelism)
-    and fill it from the folder's safetensors shards."""
+    """Build the model named by ``folder/config.json`` (rank ``rank``'s share of it under tensor and pipeline
+    parallelism) and fill it from the folder's safetensors shards."""
     start = time.perf_counter()
     files = safetensors_files(folder)
     config = load_hf_config(folder)
-    model = build_model(config, dtype=dtype, device=device, tp_rank=tp_rank, tp_size=tp_size)
+    model = build_model(config, dtype=dtype, device=device, rank=rank, tp_size=tp_size, pp_size=pp_size)
     try:
         model.load_weights(iter_safetensors(files))
     except ValueError as exc:

@@ -71,7 +71,7 @@ class LoraSlots:
         self.spec, self.shard = model.spec, model.tp.shard if model.tp is not None else None
         shapes = projection_shapes(self.spec, self.shard)
         self.linears: dict[tuple[int, str], LoraLinear] = {}
-        for index, layer in enumerate(model.layers):
+        for index, layer in zip(model.layer_range, model.layers, strict=True):  # global indices, as adapters name them
             for fused, subs in FUSED_PROJECTIONS.items():
                 parent = layer.mlp if fused in ("gate_up_proj", "down_proj") else layer
                 sub_sizes = [shapes[s][1] for s in subs]

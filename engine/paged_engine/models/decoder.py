@@ -30,7 +30,7 @@ from paged_engine.models.layers import GatedMLP, PagedAttention, RMSNorm, apply_
 from paged_engine.parallel.layout import TensorShard
 
 if TYPE_CHECKING:
-    from paged_engine.parallel.collectives import TensorParallel
+    from paged_engine.parallel.collectives import PipelineParallel, TensorParallel
 
 
 @dataclass
@@ -141,15 +141,17 @@ class DecoderLayer(nn.Module):
 class DecoderForCausalLM(nn.Module):
     """Token ids and positions in, hidden states out; logits only for the rows the caller asks for."""
 
-    def __init__(self, spec: DecoderSpec, tp: TensorParallel | None = None) -> None:
+    def __init__(self, spec: DecoderSpec, tp: TensorParallel | None = None, pp: PipelineParallel | None = None) -> None:
         """``tp``: this rank's share under tensor parallelism (the embedding and LM head hold its vocabulary
-        rows); ``spec`` stays the whole model's."""
+        rows); ``pp``: its pipeline stage (it holds that stage's layers; every stage keeps the embedding, final
+        norm and head, used by the first and last); ``spec`` stays the whole model's."""
         super().__init__()
         self.spec = spec
-        self.tp = tp
+        self.tp, self.pp = tp, pp
         rows = tp.shard.vocab_per_rank if tp is not None else spec.vocab_size
         self.embed_tokens: nn.Embedding | PanelEmbedding = nn.Embedding(rows, spec.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(spec, i, tp) for i in range(spec.num_layers))
+        self.layer_range = pp.stage.layers if pp is not None else range(spec.num_layers)
+        self.layers = nn.ModuleList(DecoderLayer(spec, i, tp) for i in self.layer_range)
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, spec.norm_offset)
         self.lm_head: nn.Module | None = (
             None if spec.tie_word_embeddings else nn.Linear(spec.hidden_size, rows, bias=False)
@@ -185,17 +187,28 @@ class DecoderForCausalLM(nn.Module):
         x = self.embed_tokens(local.masked_fill(outside, 0))
         return self.tp.all_reduce(x.masked_fill(outside[:, None], 0.0))
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        x = self.embed(input_ids)
-        if self.spec.embed_scale is not None:
-            x = x * torch.tensor(self.spec.embed_scale, dtype=x.dtype)
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        hidden: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Hidden states after this rank's layers: normed on the last (or only) stage. A later pipeline stage
+        starts from ``hidden``, the stage before's output, instead of the token ids."""
+        if hidden is None:
+            x = self.embed(input_ids)
+            if self.spec.embed_scale is not None:
+                x = x * torch.tensor(self.spec.embed_scale, dtype=x.dtype)
+        else:
+            x = hidden
         rope = [
             rope_cos_sin(positions, getattr(self, f"rope_inv_freq_{i}"), x.dtype)
             for i in range(len(self.spec.rope_inv_freqs))
         ]
         for layer in self.layers:
             x = layer(x, rope, meta)
-        return self.norm(x)
+        return self.norm(x) if self.pp is None or self.pp.stage.is_last else x
 
     def pack_weights_for_cpu(self) -> None:
         """Pre-pack every GEMM weight, the LM head included (see ``cpu_gemm``), and, where the CPU kernels load,
@@ -270,7 +283,9 @@ class DecoderForCausalLM(nn.Module):
             target, start, size = name, None, None
             parts = name.split(".")
             if len(parts) >= 4 and parts[0] == "layers":
-                layer, module, rest = parts[1], parts[2], parts[3:]
+                if int(parts[1]) not in self.layer_range:
+                    continue  # another pipeline stage's
+                layer, module, rest = str(int(parts[1]) - self.layer_range.start), parts[2], parts[3:]
                 if module in spec.norm_names:
                     target = ".".join(["layers", layer, spec.norm_names[module], *rest])
                 elif module in ("self_attn", "mlp"):

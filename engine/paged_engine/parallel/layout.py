@@ -75,3 +75,34 @@ class TensorShard:
         """This rank's real vocabulary rows (the last rank's may be fewer than ``vocab_per_rank``)."""
         start = self.rank * self.vocab_per_rank
         return range(min(start, self.vocab_size), min(start + self.vocab_per_rank, self.vocab_size))
+
+
+@dataclass(frozen=True)
+class PipelineStage:
+    """Stage ``rank`` of ``size``'s layers: consecutive, as even as can be, the earlier stages taking the extra
+    ones. Every layer is on exactly one stage, in order (property-tested)."""
+
+    rank: int
+    size: int
+    num_layers: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.size:
+            raise ShardingError(f"stage {self.rank} is outside a pipeline of {self.size}")
+        if self.size > self.num_layers:
+            raise ShardingError(f"pipeline-parallel size {self.size} is more than the model's {self.num_layers} "
+                                "layers; pick at most one stage per layer")  # fmt: skip
+
+    @property
+    def layers(self) -> range:
+        base, extra = divmod(self.num_layers, self.size)
+        start = self.rank * base + min(self.rank, extra)
+        return range(start, start + base + (1 if self.rank < extra else 0))
+
+    @property
+    def is_first(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.rank == self.size - 1

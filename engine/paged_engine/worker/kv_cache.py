@@ -97,7 +97,8 @@ def blocks_for_one_sequence(groups: tuple[KVCacheGroup, ...], num_tokens: int) -
 class KVCachePlan:
     config: KVCacheConfig
     group_size: int
-    bytes_per_block: int
+    bytes_per_block: int  # of this rank's tensors
+    positions: tuple[int, ...]  # the shared tensors this rank holds (a pipeline stage: those of its layers)
 
     @property
     def total_bytes(self) -> int:
@@ -117,7 +118,8 @@ def plan_kv_cache(
     ``max_model_len`` tokens fits (block 0 is the reserved null block)."""
     groups = group_layers(layer_specs(model, block_size))
     group_size = len(groups[0].layer_names)
-    per_block = bytes_per_block(model, group_size, block_size, dtype)
+    positions = local_positions(groups, model.layer_range)
+    per_block = bytes_per_block(model, len(positions), block_size, dtype)
     if num_blocks is None:
         if kv_cache_memory is None:
             raise ValueError("give either kv_cache_memory (bytes or fraction of free memory) or num_blocks")
@@ -130,25 +132,35 @@ def plan_kv_cache(
             f"of max_model_len={max_model_len} tokens, which needs {needed} blocks "
             f"({needed * per_block / 2**20:.1f} MiB); raise the KV-cache memory or lower max_model_len"
         )
-    return KVCachePlan(KVCacheConfig(num_blocks=num_blocks, groups=groups), group_size, per_block)
+    return KVCachePlan(KVCacheConfig(num_blocks=num_blocks, groups=groups), group_size, per_block, positions)
+
+
+def layer_index(name: str) -> int:
+    return int(name.split(".")[1])
+
+
+def local_positions(groups: tuple[KVCacheGroup, ...], layers: range) -> tuple[int, ...]:
+    """The shared-tensor positions some layer in ``layers`` uses (all of them when this rank has every layer)."""
+    return tuple(sorted({i for g in groups for i, name in enumerate(g.layer_names) if layer_index(name) in layers}))
 
 
 def allocate_kv_caches(
     model: DecoderForCausalLM, plan: KVCachePlan, dtype: torch.dtype, device: torch.device | str = "cpu"
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Allocate the ``group_size`` shared (key, value) tensors and bind each attention layer to its tensor and
-    group. Zero-filled so never-written slots (the null block) hold finite values."""
+    """Allocate the shared (key, value) tensors this rank's layers use and bind each of its attention layers to
+    its tensor and group. Zero-filled so never-written slots (the null block) hold finite values."""
     spec = model.spec
     cfg = plan.config
     shape = (cfg.num_blocks, cfg.block_size, model.num_local_kv_heads, spec.head_dim)
-    caches = [
-        (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
-        for _ in range(plan.group_size)
-    ]
-    layers = model.attention_layers
+    caches = {
+        position: (torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+        for position in plan.positions
+    }
+    layers, first = model.attention_layers, model.layer_range.start
     for group_index, group in enumerate(cfg.groups):
         for position, name in enumerate(group.layer_names):
-            layer = layers[int(name.split(".")[1])]
-            layer.kv_cache = caches[position]
-            layer.kv_group = group_index
-    return caches
+            if layer_index(name) in model.layer_range:
+                layer = layers[layer_index(name) - first]
+                layer.kv_cache = caches[position]
+                layer.kv_group = group_index
+    return list(caches.values())

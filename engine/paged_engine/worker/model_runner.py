@@ -22,6 +22,7 @@ from paged_engine.core.scheduler_output import Logprobs, ModelRunnerOutput, NewR
 from paged_engine.kernels import ops
 from paged_engine.lora.layers import LoraSlots
 from paged_engine.models.decoder import DecoderForCausalLM
+from paged_engine.parallel.collectives import PipelineParallel
 from paged_engine.sample import Sampler, SamplingMetadata, StructuredOutput, prompt_logprobs
 from paged_engine.worker.cuda_graphs import CudaGraphDecode, PaddedDecode, capture_sizes, pad_decode_inputs
 from paged_engine.worker.input_batch import InputBatch
@@ -80,7 +81,7 @@ class ModelRunner:
         self.backend = self.timed_attention or backend
         self.last_phases: dict[str, float] = {}
         self.eos_token_ids = tuple(eos_token_ids)
-        self.device = torch.device(device)
+        self.device, self.dtype = torch.device(device), dtype
         self.max_model_len = max_model_len
         self.sampler = Sampler(ops.argmax_rows) if self.device.type == "cpu" and ops.loaded() else Sampler()
         self.block_size = plan.config.block_size
@@ -201,8 +202,14 @@ class ModelRunner:
             assert self.decode is not None
             return self.decode.run(inputs.graph_size)
         assert inputs.metadata is not None
-        n, buffers = inputs.num_tokens, self.buffers
-        return self.model(buffers.input_ids.device[:n], buffers.positions.device[:n], inputs.metadata)
+        n, buffers, pp = inputs.num_tokens, self.buffers, self.model.pp
+        before = None
+        if pp is not None and not pp.stage.is_first:
+            before = pp.receive_hidden(n, self.model.spec.hidden_size, self.dtype)
+        hidden = self.model(buffers.input_ids.device[:n], buffers.positions.device[:n], inputs.metadata, before)
+        if pp is not None and not pp.stage.is_last:
+            pp.send_hidden(hidden)
+        return hidden
 
     # --- the step -----------------------------------------------------------------------------------------
 
@@ -221,25 +228,45 @@ class ModelRunner:
         clock.lap("prepare")
         if self.timed_attention is not None:
             self.timed_attention.seconds = 0.0
-        tp = self.model.tp
-        if tp is not None:
-            tp.seconds = 0.0
+        links = [x for x in (self.model.tp, self.model.pp) if x is not None]
+        for link in links:
+            link.seconds = 0.0
         hidden = self._forward(inputs)
         clock.lap("model")
         if self.timed_attention is not None:
             clock.phases["model"] -= self.timed_attention.seconds
             clock.phases["attention"] = self.timed_attention.seconds
-        if tp is not None:
-            clock.phases["model"] -= tp.seconds
-            forward_collectives, tp.seconds = tp.seconds, 0.0
+        forward_collectives = sum(link.seconds for link in links)
+        clock.phases["model"] -= forward_collectives
+        for link in links:
+            link.seconds = 0.0
+        pp = self.model.pp
         try:
-            self._sample(inputs, hidden, result)
+            if pp is None or pp.stage.is_last:
+                self._sample(inputs, hidden, result)
+            if pp is not None:
+                self._share_tokens(pp, inputs, result)
         finally:
             clock.lap("sample")
-        if tp is not None:  # the forward pass's sums, and the logits' gathers charged to sampling
-            clock.phases["sample"] -= tp.seconds
-            clock.phases["all_reduce"] = forward_collectives + tp.seconds
+        if links:  # the forward pass's sums and hand-overs, and sampling's gathers and token broadcast
+            sampling_collectives = sum(link.seconds for link in links)
+            clock.phases["sample"] -= sampling_collectives
+            clock.phases["all_reduce"] = forward_collectives + sampling_collectives
         return result
+
+    def _share_tokens(self, pp: PipelineParallel, inputs: StepInputs, result: ModelRunnerOutput) -> None:
+        """The last stage's sampled tokens to every stage (-1 for a row that sampled none), which append them to
+        their batches as the last stage did."""
+        rows = [int(row) for row in inputs.sample_rows]
+        if not rows:  # every stage knows the batch alike: none of them broadcasts
+            return
+        states = [self.batch.states[row] for row in rows]
+        mine = [(result.sampled_token_ids.get(s.req_id) or [-1])[0] if s is not None else -1 for s in states]
+        tokens = pp.share_tokens(mine)
+        if not pp.stage.is_last:
+            for row, token in zip(rows, tokens, strict=True):
+                if token >= 0:
+                    self.batch.append_token(row, token)
 
     def _sample(self, inputs: StepInputs, hidden: torch.Tensor, result: ModelRunnerOutput) -> None:
         for req_id in inputs.req_ids:
