@@ -1,6 +1,6 @@
-"""``paged-engine serve --tensor-parallel-size 2``: the API server, the engine core and two worker processes serve
-what one device serves, show it in ``paged_engine_info``, and a worker's death ends them all with a non-zero exit
-that names the rank."""
+"""``paged-engine serve --tensor-parallel-size 2`` (or ``--pipeline-parallel-size 2``): the API server, the engine
+core and two worker processes serve what one device serves, show it in ``paged_engine_info``, and a worker's death
+ends them all with a non-zero exit that names the rank."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from paged_engine import LLM, SamplingParams
 
-from tests.server.conftest import COMMON_ARGS, MODEL_NAME, ServerProcess, engine_info, start_server
+from tests.server.conftest import COMMON_ARGS, MODEL_NAME, engine_info, start_server
 
 pytestmark = [pytest.mark.server, pytest.mark.gemma]
 PROMPT = "The capital of France is"
@@ -32,23 +32,24 @@ def gone(pid: int) -> bool:
     return state == "Z"  # exited, not yet reaped
 
 
-@pytest.fixture(scope="module")
-def tp_server(tiny_gemma_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    proc = start_server(tiny_gemma_dir, tmp_path_factory.mktemp("logs"), *COMMON_ARGS, "--tensor-parallel-size", "2")
-    yield proc
-    proc.stop()
-
-
-def test_serves_what_one_device_serves(tp_server: ServerProcess, tiny_gemma_dir: Path) -> None:
+@pytest.mark.parametrize("layout", [("2", "1"), ("1", "2")], ids=["tp2", "pp2"])
+def test_serves_what_one_device_serves(layout: tuple[str, str], tiny_gemma_dir: Path, tmp_path: Path) -> None:
     import openai
 
-    with openai.OpenAI(base_url=f"{tp_server.url}/v1", api_key="unused", max_retries=0, timeout=60) as client:
-        got = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=8, temperature=0)
+    tp, pp = layout
+    tp_server = start_server(tiny_gemma_dir, tmp_path, *COMMON_ARGS, "--tensor-parallel-size", tp,
+                             "--pipeline-parallel-size", pp)  # fmt: skip
+    try:
+        with openai.OpenAI(base_url=f"{tp_server.url}/v1", api_key="unused", max_retries=0, timeout=60) as client:
+            got = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=8, temperature=0)
+        labels = engine_info(tp_server)
+    finally:
+        assert tp_server.stop() == 0
     one = LLM(str(tiny_gemma_dir), kv_cache_memory="64MiB", max_model_len=1024, num_threads=1)
     expected = one.generate(PROMPT, SamplingParams(temperature=0.0, max_tokens=8))[0].outputs[0].text
     assert got.choices[0].text == expected
-    labels = engine_info(tp_server)
-    assert (labels["tensor_parallel_size"], labels["world_size"], labels["collective_backend"]) == ("2", "2", "gloo")
+    assert (labels["tensor_parallel_size"], labels["pipeline_parallel_size"]) == layout
+    assert (labels["world_size"], labels["collective_backend"]) == ("2", "gloo")
 
 
 def test_a_dead_worker_ends_the_server_non_zero_leaving_no_process(tiny_gemma_dir: Path, tmp_path: Path) -> None:
