@@ -8,6 +8,7 @@ limits; and a request whose own work fails inside a step fails alone while the r
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -190,7 +191,7 @@ def _core_input_address(core_pid: int) -> str:
     }
     for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
         fields = line.split()
-        if len(fields) >= 8 and fields[6] in inodes and fields[7].endswith("/input"):
+        if len(fields) >= 8 and fields[6] in inodes and re.search(r"/input-\d+$", fields[7]):  # input-RANK
             return f"ipc://{fields[7]}"
     raise AssertionError(f"no ipc input socket among the core's sockets {sorted(inodes)}")
 
