@@ -201,9 +201,10 @@ def test_malformed_frames_reaching_the_core_are_dropped(server: ServerProcess) -
     import zmq
 
     core = server.core_pid()
+    address = _core_input_address(core)  # before any socket: a context left open would hang the run at exit
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
-    sock.connect(_core_input_address(core))
+    sock.connect(address)
     try:
         for frame in (
             b"\x00not msgpack at all",
