@@ -45,3 +45,18 @@ def peft_greedy(base: Path, adapter: Path | None, prompts: list[list[int]], max_
         )
         outs.append(gen[0, len(prompt) :].tolist())
     return outs
+
+
+def two_adapters_and_references(root: Path, prompts: list[list[int]], max_tokens: int):
+    """A tiny Llama under ``root``, adapters "one" (rank 4, every projection) and "two" (rank 8, q and down only),
+    and PEFT's greedy tokens for the base model and each adapter."""
+    from tests.model.tiny_models import save_tiny_model, save_tiny_tokenizer
+
+    base = save_tiny_model("llama", root / "base")
+    save_tiny_tokenizer(base)
+    adapters = {
+        "one": save_random_adapter(base, root / "one", rank=4, alpha=8, seed=1),
+        "two": save_random_adapter(base, root / "two", rank=8, alpha=16, seed=2, targets=["q_proj", "down_proj"]),
+    }
+    refs = {name: peft_greedy(base, adapters.get(name), prompts, max_tokens) for name in ("base", "one", "two")}
+    return base, adapters, refs

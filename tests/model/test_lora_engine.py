@@ -7,10 +7,10 @@ from paged_engine import SamplingParams
 from paged_engine.core import RequestValidationError
 from paged_engine.lora.registry import LoraError
 
-from tests.model.lora_adapters import peft_greedy, save_random_adapter
+from tests.model.lora_adapters import two_adapters_and_references
 from tests.model.test_engine import make_llm, token_ids
 from tests.model.test_runner_vs_hf import prompts
-from tests.model.tiny_models import BLOCK_SIZE, save_tiny_model, save_tiny_tokenizer
+from tests.model.tiny_models import BLOCK_SIZE
 
 MAX_TOKENS = 8
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
@@ -18,14 +18,7 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lora")
-    base = save_tiny_model("llama", root / "base")
-    save_tiny_tokenizer(base)
-    adapters = {
-        "one": save_random_adapter(base, root / "one", rank=4, alpha=8, seed=1),
-        "two": save_random_adapter(base, root / "two", rank=8, alpha=16, seed=2, targets=["q_proj", "down_proj"]),
-    }
-    refs = {name: peft_greedy(base, adapters.get(name), prompts(), MAX_TOKENS) for name in ("base", "one", "two")}
+    base, adapters, refs = two_adapters_and_references(tmp_path_factory.mktemp("lora"), prompts(), MAX_TOKENS)
     assert refs["one"] != refs["base"] and refs["two"] != refs["base"]
     return base, adapters, refs
 
