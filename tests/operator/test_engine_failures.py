@@ -50,6 +50,16 @@ def test_a_load_killed_at_its_start_up_budget_is_a_model_load_timeout() -> None:
     assert pod_failure(pod(restarts=1, last=run(30, 137)), BUDGET_S)[0] == "EngineCrashLooping"
 
 
+def test_a_load_stopped_at_its_budget_reads_as_a_timeout_however_the_engine_took_the_sigterm() -> None:
+    """The kubelet stops a container its start-up probe gave up on with SIGTERM (after the preStop hook): the engine
+    shuts down cleanly while loading (0, ``Completed``, as the real node records it), or dies of the signal (143)."""
+    for code, why in ((0, "Completed"), (143, "Error")):
+        reason, message = pod_failure(pod(restarts=2, last=run(598, code, reason=why)), BUDGET_S)
+        assert reason == "ModelLoadTimeout", (code, message)
+        assert "start-up budget of 600 s (stopped after 598 s, 2 restarts)" in message
+    assert pod_failure(pod(restarts=1, last=run(30, 143)), BUDGET_S)[0] == "EngineCrashLooping"
+
+
 def test_an_image_that_cannot_be_pulled_is_named_for_the_engine_or_its_init_container() -> None:
     assert pod_failure(pod(waiting="ImagePullBackOff"), BUDGET_S)[0] == "ImagePullFailed"
     reason, message = pod_failure(pod(waiting="PodInitializing", init_waiting="ErrImagePull"), BUDGET_S)

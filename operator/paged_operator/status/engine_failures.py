@@ -4,8 +4,10 @@ A replica that is only slow to start reads as ``MinimumReplicasUnavailable``; on
 its pod's scheduling and its engine container's status, the most actionable cause first:
 
 * ``ImagePullFailed``: the kubelet cannot pull the engine image (``ErrImagePull``, ``ImagePullBackOff``, ...);
-* ``ModelLoadTimeout``: the engine was killed after running about as long as its start-up budget without serving:
-  the start-up probe (``/ready``) gave up on a load that hung, and the kubelet restarted it;
+* ``ModelLoadTimeout``: the engine was stopped after running about as long as its start-up budget without serving:
+  the start-up probe (``/ready``) gave up on a load that hung, and the kubelet restarted it. The kubelet stops it
+  as it stops any container (the preStop hook, SIGTERM, SIGKILL after the grace period), so the run ends with the
+  engine's own clean exit on SIGTERM (0, ``Completed``: what this engine does while loading), 143 or 137;
 * ``EngineCrashLooping``: the engine exits and is restarted (``CrashLoopBackOff``, or a last run that ended with a
   non-zero code, ``OOMKilled`` included): its exit code and the tail of its termination message, which holds the
   engine's last log lines (``terminationMessagePolicy: FallbackToLogsOnError``);
@@ -24,8 +26,10 @@ from paged_operator.render.children import ENGINE_CONTAINER
 from paged_operator.status.builder import ConditionValue
 
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
-KILLED_EXIT_CODE = 137  # SIGKILL: what the kubelet sends a container its probe gave up on
-STARTUP_KILL_SLACK = 0.8  # a run this share of the budget or longer, then killed, was the start-up probe's doing
+#: How a container the kubelet stopped ends: its own exit on SIGTERM (0), death by SIGTERM (143), or SIGKILL after
+#: the grace period (137).
+STOPPED_EXIT_CODES = frozenset({0, 128 + 15, 128 + 9})
+STARTUP_KILL_SLACK = 0.8  # a run this share of the budget or longer, then stopped, was the start-up probe's doing
 MESSAGE_TAIL = 512
 FAILURE_REASONS = ("ImagePullFailed", "ModelLoadTimeout", "EngineCrashLooping", "Unschedulable")
 
@@ -66,21 +70,23 @@ def pod_failure(pod: Mapping[str, Any], startup_budget_s: float) -> tuple[str, s
     if status is None or status.get("ready"):
         return None
     last = (status.get("lastState") or {}).get("terminated")
-    if not last or last.get("exitCode", 0) == 0:
+    if not last:
         return None
-    code, restarts = last.get("exitCode"), status.get("restartCount", 0)
+    code, restarts = last.get("exitCode", 0), status.get("restartCount", 0)
     ran = _seconds(last)
     if (
-        code == KILLED_EXIT_CODE
+        code in STOPPED_EXIT_CODES
         and last.get("reason") != "OOMKilled"
         and ran is not None
         and ran >= STARTUP_KILL_SLACK * startup_budget_s
     ):
         return (
             "ModelLoadTimeout",
-            f"the engine did not serve within its start-up budget of {startup_budget_s:g} s (killed after "
+            f"the engine did not serve within its start-up budget of {startup_budget_s:g} s (stopped after "
             f"{ran:.0f} s, {restarts} restarts); raise spec.engine.startupTimeoutSeconds if the load is only slow",
         )
+    if code == 0:
+        return None  # a clean exit before the budget ran out: a drain, not a failure
     why = last.get("reason") or "Error"
     detail = _tail(last.get("message"))
     return "EngineCrashLooping", f"the engine exited with code {code} ({why}, {restarts} restarts)" + (
