@@ -86,9 +86,12 @@ def test_eager_steps_read_fixed_width_block_tables(tmp_path, monkeypatch) -> Non
     runner = make_runner(folder, "cpu", "eager")
     seen = []
     forward = runner.model.forward
-    monkeypatch.setattr(
-        runner.model, "forward", lambda ids, pos, meta: seen.append(meta.block_tables[0]) or forward(ids, pos, meta)
-    )
+
+    def seeing(ids, pos, meta, hidden=None):
+        seen.append(meta.block_tables[0])
+        return forward(ids, pos, meta, hidden)
+
+    monkeypatch.setattr(runner.model, "forward", seeing)
     run_manual(runner, [[5, 6, 7, 8, 9, 10, 11, 12, 13]], max_tokens=3)
     width = runner.batch.max_blocks_per_req
     persistent = runner.buffers.block_tables[0].device
