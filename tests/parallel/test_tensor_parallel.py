@@ -17,6 +17,7 @@ from tests.model.tiny_models import BLOCK_SIZE, save_tiny_model, save_tiny_token
 
 LOGPROB_TOLERANCE = 1e-4
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True, logprobs=3)
+PLAIN_GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 # llama: 2 KV heads split one per rank; qwen3 and gemma3: a single KV head, replicated; llama with 131 tokens:
 # a vocabulary that does not divide by two (the last rank's rows are padded)
 CASES = {"llama": ("llama", 128), "qwen3": ("qwen3", 128), "gemma3": ("gemma3", 128), "llama-odd-vocab": ("llama", 131)}
@@ -62,8 +63,10 @@ def test_greedy_tokens_equal_and_logprobs_within_tolerance(case):
         parallel = make_llm(folder, (tp, pp))
         try:
             two, info = parallel.generate(prompts(), GREEDY), parallel.engine.core.info()
+            plain = parallel.generate(prompts(), PLAIN_GREEDY)  # no logprobs: each rank's best token gathered
         finally:
             parallel.shutdown()
+        assert [o.outputs[0].token_ids for o in plain] == [o.outputs[0].token_ids for o in one], (tp, pp)
         assert (info.tensor_parallel_size, info.pipeline_parallel_size) == (tp, pp)
         assert (info.world_size, info.collective_backend) == (tp * pp, "gloo")
         for a, b in zip(one, two, strict=True):

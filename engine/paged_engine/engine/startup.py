@@ -163,7 +163,10 @@ def load_model(config: EngineConfig, folder: Path, placement: Placement, rank: i
     if gemm_backend == "packed":
         model.pack_weights_for_cpu()
     logger.info("device %s, dtype %s, GEMM backend %s", placement.device, placement.dtype_name, gemm_backend)
-    if config.greedy_head == "auto" and gemm_backend == "packed":
+    if model.tp is not None:  # exact fp32 on each rank's columns, whatever --greedy-head says
+        model.use_tensor_parallel_greedy()
+        logger.info("greedy head: each rank's best token gathered (tensor parallelism)")
+    elif config.greedy_head == "auto" and gemm_backend == "packed":
         reason = model.use_rescored_greedy()
         logger.info("greedy head: %s", (reason and f"fp32 ({reason})") or "bf16 candidates, fp32 rescoring")
     lora_slots, loras = None, None

@@ -232,14 +232,29 @@ class DecoderForCausalLM(nn.Module):
     def use_rescored_greedy(self) -> str | None:
         """Pick greedy tokens through a bf16 pass over the packed fp32 head; returns why not where it cannot."""
         reason = rescored_greedy_unavailable_reason(self.lm_head, self.spec.final_logit_softcap)
-        if reason is None and self.tp is not None:
-            reason = "tensor parallelism gathers whole logits rows (the head is cut by vocabulary)"
         if reason is None:
             self.greedy_head = RescoredGreedyHead(self.lm_head)  # type: ignore[arg-type]
         return reason
 
+    def use_tensor_parallel_greedy(self) -> None:
+        """Greedy tokens from each rank's own logits: its best (value, token) pairs are gathered instead of the
+        whole vocabulary's logits (exact: a rank's columns are scored as the gathered logits would be)."""
+        assert self.tp is not None
+        tp = self.tp
+        self.greedy_head = lambda hidden: tp.gather_argmax(self.local_logits(hidden))  # type: ignore[assignment]
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[rows, vocab]`` in fp32 for already-selected hidden rows (only rows that sample)."""
+        logits = self.local_logits(hidden)
+        if self.tp is not None:
+            logits = self.tp.gather_vocab(logits)
+        cap = self.spec.final_logit_softcap
+        if cap > 0.0:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    def local_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """This rank's logits (all of them without tensor parallelism), fp32, before any soft cap."""
         if isinstance(self.lm_head, PACKED_LINEARS):
             logits = self.lm_head(hidden).float()
         elif hidden.is_cuda:
@@ -250,11 +265,6 @@ class DecoderForCausalLM(nn.Module):
             # ``weight @ hidden.T`` streams the [vocab, hidden] matrix once against a small right-hand side,
             # which BLAS runs faster than the skinny ``hidden @ weight.T`` (262,144 columns for Gemma).
             logits = torch.mm(weight, hidden.T).T.float().contiguous()
-        if self.tp is not None:
-            logits = self.tp.gather_vocab(logits)
-        cap = self.spec.final_logit_softcap
-        if cap > 0.0:
-            logits = torch.tanh(logits / cap) * cap
         return logits
 
     # --- weight loading -------------------------------------------------------------------------------------

@@ -64,6 +64,23 @@ class TensorParallel:
         self.seconds += time.perf_counter() - start
         return torch.cat(pieces, dim=-1)[:, : self.shard.vocab_size]
 
+    def gather_argmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """Each row's greedy token from every rank's ``[rows, vocab_per_rank]`` logits: each rank's best value and
+        token are gathered, the highest value wins, the lowest rank (so the lowest token) on a tie, as an argmax
+        over the whole row picks. A soft cap is monotonic, so it is left out."""
+        start = time.perf_counter()
+        vocab = self.shard.vocab
+        if len(vocab) < logits.shape[1]:  # the last rank's padding columns never win
+            logits[:, len(vocab) :] = float("-inf")
+        values, indices = logits.max(dim=-1)
+        pair = torch.stack([values.double(), (indices + vocab.start).double()], dim=1)  # token ids exact in fp64
+        pieces = [torch.empty_like(pair) for _ in range(self.shard.size)]
+        dist.all_gather(pieces, pair, group=self.group)
+        stacked = torch.stack(pieces)  # [ranks, rows, 2]
+        best = stacked[:, :, 0].argmax(dim=0)  # the first (lowest) rank among equal maxima
+        self.seconds += time.perf_counter() - start
+        return stacked[best, torch.arange(stacked.shape[1], device=stacked.device), 1].long()
+
 
 def world_min(value: int, device: torch.device) -> int:
     """The smallest ``value`` any rank holds (the KV pool is sized from the rank with least free memory)."""
