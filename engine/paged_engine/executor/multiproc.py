@@ -151,7 +151,7 @@ class MultiprocExecutor:
         data = messages.encode(message)
         if self.remote is not None:
             self.remote.publish(data)
-        self.ring.write(data, timeout_s, self._check_alive)
+        self.ring.write(data, timeout_s, self.check_health)
 
     # ---- steps --------------------------------------------------------------------------------------------------
 
@@ -218,9 +218,6 @@ class MultiprocExecutor:
 
     def check_health(self) -> None:
         """Raise a :class:`WorkerError` if a worker has exited (and stop the others)."""
-        self._check_alive()
-
-    def _check_alive(self) -> None:
         for rank, process in enumerate(self.workers):
             if not process.is_alive():
                 self._fail(f"worker rank {rank} {exit_description(process.exitcode)}")

@@ -1,10 +1,11 @@
 """A worker process: one rank of the model. It joins the ranks' process group, runs the start-up stages on its
 share of the model, then runs every step the engine core broadcasts until told to stop.
 
-Every rank runs the whole step, sampling included (the gathered logits are the same on all ranks, and so is the
-random state, seeded alike), so each rank's input batch stays in step without sending tokens back down; only
-rank 0's output goes to the core. A worker dies with the process that started it (``PR_SET_PDEATHSIG``), and
-any failure is reported up its pipe, naming its rank, before it exits non-zero.
+Within a pipeline stage every rank runs the whole step, sampling included on the last stage (the gathered
+logits and the seeded random state are the same on its ranks); the last stage broadcasts its tokens to the
+others, so every rank's input batch stays in step. Only the sampling rank's output (the last stage's first rank)
+goes to the core. A worker dies with the process that started it (``PR_SET_PDEATHSIG``), and any failure is
+reported up its pipe, naming its rank, before it exits non-zero.
 """
 
 from __future__ import annotations
